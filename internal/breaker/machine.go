@@ -1,0 +1,237 @@
+package breaker
+
+// Admit decides whether one call may go now. On AllowProbe it grants a
+// lease whose token is built from nonce (random, from the caller).
+func (s *State) Admit(p Policy, now int64, nonce string) (Verdict, []Event) {
+	evs := s.Settle(now)
+	v := Verdict{Revision: s.Revision, Phase: s.phase()}
+	switch {
+	case s.Override == ForcedOpen:
+		v.Decision, v.Reason = Deny, ReasonForcedOpen
+		v.RetryAfter = ms(p.OpenMax)
+		if s.OverrideUntil > 0 {
+			v.RetryAfter = s.OverrideUntil - now
+		}
+	case s.Override == ForcedClosed || s.phase() == Closed:
+		v.Decision = Allow
+	case s.phase() == Open:
+		v.Decision, v.Reason, v.RetryAfter = Deny, ReasonFor(s.Cause), s.OpenUntil-now
+	default: // half-open
+		if len(s.Leases) >= p.MaxProbes {
+			v.Decision, v.Reason = Deny, ReasonProbeInFlight
+			v.RetryAfter = s.Leases[0].Expires - now
+			for _, l := range s.Leases[1:] {
+				v.RetryAfter = min(v.RetryAfter, l.Expires-now)
+			}
+			return v, evs
+		}
+		slot := s.freeSlot()
+		l := Lease{Slot: slot, Granted: now, Expires: now + ms(p.LeaseTTL)}
+		l.Token = LeaseToken(s.Revision, slot, now, nonce)
+		s.Leases = append(s.Leases, l)
+		v.Decision, v.Lease = AllowProbe, &l
+	}
+	return v, evs
+}
+
+func (s *State) freeSlot() int {
+	for slot := 0; ; slot++ {
+		used := false
+		for _, l := range s.Leases {
+			used = used || l.Slot == slot
+		}
+		if !used {
+			return slot
+		}
+	}
+}
+
+func (s *State) lease(token string) int {
+	if token == "" {
+		return -1
+	}
+	for i, l := range s.Leases {
+		if l.Token == token {
+			return i
+		}
+	}
+	return -1
+}
+
+func (s *State) release(i int) {
+	if i >= 0 {
+		s.Leases = append(s.Leases[:i:i], s.Leases[i+1:]...)
+	}
+}
+
+// ExtendLease moves a live lease's expiry to now+ttl.
+// May return [ErrLeaseNotHeld].
+func (s *State) ExtendLease(now int64, token string, ttl int64) (Lease, []Event, error) {
+	evs := s.Settle(now)
+	i := s.lease(token)
+	if i < 0 {
+		return Lease{}, evs, ErrLeaseNotHeld
+	}
+	s.Leases[i].Expires = now + ttl
+	return s.Leases[i], evs, nil
+}
+
+// Report applies the outcome of one call. jitter in [0, 1) spreads a
+// breaker open's duration.
+func (s *State) Report(p Policy, now int64, r Report, jitter float64) (ReportResult, []Event) {
+	evs := s.Settle(now)
+	s.UpdatedAt = now
+	s.LastStatus, s.LastOutcome, s.LastErrorCode = r.HTTPStatus, r.Outcome, r.ErrorCode
+	li := s.lease(r.LeaseToken)
+	res := ReportResult{Accepted: li >= 0 || r.Revision == s.Revision}
+	s.release(li)
+	if r.Outcome == OutcomeCanceled || s.Override != NoOverride {
+		return res, evs
+	}
+	before := len(evs)
+	if res.Accepted {
+		evs = s.verdict(p, now, r.Outcome, jitter, evs)
+	}
+	if d, cause := hint(p, r); d > 0 {
+		evs = s.cool(now, now+d, cause, evs)
+	}
+	res.Changed = len(evs) > before
+	return res, evs
+}
+
+// verdict applies a live report's outcome to the breaker.
+func (s *State) verdict(p Policy, now int64, o Outcome, jitter float64, evs []Event) []Event {
+	switch o {
+	case OutcomeSuccess, OutcomeClientError:
+		switch s.phase() {
+		case HalfOpen:
+			s.Reopens = 0
+			s.resetCounts()
+			return append(evs, s.transition(now, Closed, CauseProbeSuccess, "", ""))
+		case Closed:
+			if o == OutcomeSuccess {
+				s.Successes = min(s.Successes+1, MaxCount)
+				s.Consecutive = 0
+				s.count(p, now, false)
+			}
+		}
+	case OutcomeTransientFailure:
+		switch s.phase() {
+		case HalfOpen:
+			return append(evs, s.trip(p, now, jitter))
+		case Closed:
+			s.Failures = min(s.Failures+1, MaxCount)
+			s.Consecutive = min(s.Consecutive+1, MaxCount)
+			s.count(p, now, true)
+			if (p.ConsecutiveFailures > 0 && s.Consecutive >= p.ConsecutiveFailures) || s.rateTripped(p, now) {
+				return append(evs, s.trip(p, now, jitter))
+			}
+		}
+	}
+	return evs
+}
+
+// trip opens the breaker for the next exponential duration.
+func (s *State) trip(p Policy, now int64, jitter float64) Event {
+	s.Reopens = min(s.Reopens+1, MaxReopens)
+	s.resetCounts()
+	ev := s.transition(now, Open, CauseBreaker, "", "")
+	s.OpenUntil = now + p.openDuration(s.Reopens, jitter)
+	return ev
+}
+
+// hint is the cooldown a report asks for whatever its revision: the
+// server's delay, merged with the policy's block for its outcome.
+func hint(p Policy, r Report) (int64, Cause) {
+	switch r.Outcome {
+	case OutcomeRateLimited:
+		if r.RetryAfter > 0 {
+			return r.RetryAfter, CauseRateLimit
+		}
+		return ms(p.RateLimitDefault), CauseRateLimit
+	case OutcomeOverloaded:
+		return max(r.RetryAfter, ms(p.OverloadFloor)), CauseOverload
+	case OutcomeQuotaExhausted:
+		return max(r.RetryAfter, ms(p.QuotaBlock)), CauseQuota
+	case OutcomeAuthFailure:
+		return max(r.RetryAfter, ms(p.AuthBlock)), CauseAuth
+	}
+	return r.RetryAfter, CauseRateLimit
+}
+
+// cool opens the connection until at least until, merging by max: an
+// existing longer open is never shortened.
+func (s *State) cool(now, until int64, cause Cause, evs []Event) []Event {
+	if s.phase() == Open && s.OpenUntil >= until {
+		return evs
+	}
+	ev := s.transition(now, Open, cause, "", "")
+	s.OpenUntil = until
+	return append(evs, ev)
+}
+
+// count adds one call to the sliding window.
+func (s *State) count(p Policy, now int64, failed bool) {
+	if p.FailureRate <= 0 {
+		return
+	}
+	s.rotate(p, now)
+	s.Window.CurCalls = min(s.Window.CurCalls+1, MaxCount)
+	if failed {
+		s.Window.CurFails = min(s.Window.CurFails+1, MaxCount)
+	}
+}
+
+func (s *State) rotate(p Policy, now int64) {
+	w := ms(p.Window)
+	start := now - now%w
+	switch s.Window.Start {
+	case start:
+	case start - w:
+		s.Window = Window{Start: start, PrevCalls: s.Window.CurCalls, PrevFails: s.Window.CurFails}
+	default:
+		s.Window = Window{Start: start}
+	}
+}
+
+// rateTripped reports whether the failure-rate rule trips, in exact integer
+// arithmetic (every product stays below 2^53).
+func (s *State) rateTripped(p Policy, now int64) bool {
+	bp := p.RateBasisPoints()
+	if bp <= 0 {
+		return false
+	}
+	w := ms(p.Window)
+	e := now - s.Window.Start
+	callsW := s.Window.PrevCalls*(w-e) + s.Window.CurCalls*w
+	failsW := s.Window.PrevFails*(w-e) + s.Window.CurFails*w
+	return callsW >= int64(p.MinCalls)*w && failsW*10000 >= bp*callsW
+}
+
+// Force sets an operator override until untilMs (0: until changed).
+// NoOverride clears any override and closes the connection.
+func (s *State) Force(now int64, o Override, untilMs int64, actor, reason string) []Event {
+	evs := s.Settle(now)
+	s.Override, s.OverrideUntil = o, untilMs
+	switch o {
+	case ForcedOpen:
+		ev := s.transition(now, Open, CauseForced, actor, reason)
+		s.OpenUntil = untilMs
+		return append(evs, ev)
+	case ForcedClosed:
+		s.resetCounts()
+		return append(evs, s.transition(now, Closed, CauseForced, actor, reason))
+	}
+	s.OverrideUntil = 0
+	s.resetCounts()
+	return append(evs, s.transition(now, Closed, CauseReset, actor, reason))
+}
+
+// Reset clears the connection back to closed, keeping the revision
+// increasing so that reports from before the reset stay stale.
+func (s *State) Reset(now int64, actor, reason string) []Event {
+	evs := s.Settle(now)
+	s.Override, s.OverrideUntil, s.Reopens = NoOverride, 0, 0
+	s.resetCounts()
+	return append(evs, s.transition(now, Closed, CauseReset, actor, reason))
+}

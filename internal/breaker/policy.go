@@ -1,0 +1,157 @@
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// ErrInvalidPolicy is wrapped by every error of [Policy.Validate].
+var ErrInvalidPolicy = errors.New("breaker: invalid policy")
+
+// Limits on policy values, so that the integer arithmetic shared with the
+// Redis scripts stays exact in a float64 (Lua's only number type).
+const (
+	MaxWindow   = 10 * time.Minute
+	MaxDuration = 7 * 24 * time.Hour
+	MaxProbes   = 16
+	// MaxCount caps each window counter.
+	MaxCount = 100000
+	// MaxReopens caps the consecutive re-open count.
+	MaxReopens = 64
+)
+
+// Policy holds the tunables of one connection's breaker. The zero value of
+// a duration or threshold disables the rule it drives, as documented per
+// field; use [DefaultPolicy] for the documented defaults.
+type Policy struct {
+	// ConsecutiveFailures trips the breaker after this many transient
+	// failures in a row while closed. 0 disables the rule. Default 5.
+	ConsecutiveFailures int
+	// FailureRate trips the breaker when the failure fraction over Window
+	// reaches it, once MinCalls calls are seen. Must be in (0, 1]; 0
+	// disables the rule. Default 0.5.
+	FailureRate float64
+	// MinCalls is how many calls the window must hold before FailureRate
+	// applies. Default 20.
+	MinCalls int
+	// Window is the sliding window of the failure-rate rule (two aligned
+	// buckets, the older one weighted by its overlap). At most 10 minutes.
+	// Default 60 s.
+	Window time.Duration
+	// OpenBase is the first breaker open's duration; each consecutive
+	// re-open doubles it up to OpenMax. Default 10 s.
+	OpenBase time.Duration
+	// OpenMax caps breaker open durations. Default 5 min.
+	OpenMax time.Duration
+	// Jitter spreads breaker open durations by ±Jitter of their length
+	// (capped at OpenMax). In [0, 1); 0 disables it. Default 0.1.
+	Jitter float64
+	// RateLimitDefault is the shared cooldown after a 429 with no
+	// Retry-After. 0: a 429 only cools down for what the server says.
+	// Default 2 s.
+	RateLimitDefault time.Duration
+	// OverloadFloor is the least cooldown after an overloaded answer. 0
+	// disables overload cooldowns without a server delay. Default 5 s.
+	OverloadFloor time.Duration
+	// QuotaBlock is how long an exhausted quota blocks the connection. 0
+	// disables. Default 1 h.
+	QuotaBlock time.Duration
+	// AuthBlock is how long a rejected credential blocks the connection. 0
+	// disables. Default 5 min.
+	AuthBlock time.Duration
+	// MaxProbes is how many probe leases a half-open connection grants at
+	// once, 1 to 16. Default 1.
+	MaxProbes int
+	// LeaseTTL is a probe lease's time to live unless extended. Default 30 s.
+	LeaseTTL time.Duration
+}
+
+// DefaultPolicy returns the documented defaults (DESIGN.md, with jitter
+// 0.1; see docs/decisions).
+func DefaultPolicy() Policy {
+	return Policy{
+		ConsecutiveFailures: 5,
+		FailureRate:         0.5,
+		MinCalls:            20,
+		Window:              time.Minute,
+		OpenBase:            10 * time.Second,
+		OpenMax:             5 * time.Minute,
+		Jitter:              0.1,
+		RateLimitDefault:    2 * time.Second,
+		OverloadFloor:       5 * time.Second,
+		QuotaBlock:          time.Hour,
+		AuthBlock:           5 * time.Minute,
+		MaxProbes:           1,
+		LeaseTTL:            30 * time.Second,
+	}
+}
+
+// Validate reports the first nonsensical value, wrapping [ErrInvalidPolicy].
+func (p Policy) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
+	}
+	durations := []struct {
+		name string
+		d    time.Duration
+	}{
+		{"window", p.Window}, {"open_base", p.OpenBase}, {"open_max", p.OpenMax},
+		{"rate_limit_default", p.RateLimitDefault}, {"overload_floor", p.OverloadFloor},
+		{"quota_block", p.QuotaBlock}, {"auth_block", p.AuthBlock}, {"lease_ttl", p.LeaseTTL},
+	}
+	for _, f := range durations {
+		if f.d < 0 {
+			return bad("%s must not be negative, got %s", f.name, f.d)
+		}
+		if f.d > MaxDuration {
+			return bad("%s must be at most %s, got %s", f.name, MaxDuration, f.d)
+		}
+		if f.d%time.Millisecond != 0 {
+			return bad("%s must be whole milliseconds, got %s", f.name, f.d)
+		}
+	}
+	switch {
+	case p.ConsecutiveFailures < 0 || p.ConsecutiveFailures > MaxCount:
+		return bad("consecutive_failures must be in [0, %d], got %d", MaxCount, p.ConsecutiveFailures)
+	case math.IsNaN(p.FailureRate) || p.FailureRate < 0 || p.FailureRate > 1:
+		return bad("failure_rate must be in (0, 1] or 0 to disable, got %v", p.FailureRate)
+	case p.FailureRate > 0 && (p.MinCalls < 1 || p.MinCalls > MaxCount):
+		return bad("min_calls must be in [1, %d], got %d", MaxCount, p.MinCalls)
+	case p.FailureRate > 0 && (p.Window < time.Millisecond || p.Window > MaxWindow):
+		return bad("window must be in [1ms, %s], got %s", MaxWindow, p.Window)
+	case p.OpenBase <= 0:
+		return bad("open_base must be positive, got %s", p.OpenBase)
+	case p.OpenMax < p.OpenBase:
+		return bad("open_max (%s) must be at least open_base (%s)", p.OpenMax, p.OpenBase)
+	case math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter >= 1:
+		return bad("jitter must be in [0, 1), got %v", p.Jitter)
+	case p.MaxProbes < 1 || p.MaxProbes > MaxProbes:
+		return bad("max_probes must be in [1, %d], got %d", MaxProbes, p.MaxProbes)
+	case p.LeaseTTL < time.Millisecond:
+		return bad("lease_ttl must be positive, got %s", p.LeaseTTL)
+	}
+	return nil
+}
+
+// RateBasisPoints is FailureRate in basis points (1..10000), 0 when
+// disabled: the integer form the Redis scripts compare with.
+func (p Policy) RateBasisPoints() int64 { return int64(math.Round(p.FailureRate * 10000)) }
+
+// openDuration is the breaker open duration after the given consecutive
+// re-open count (≥ 1), with jitter r in [0, 1).
+func (p Policy) openDuration(reopens int, r float64) int64 {
+	base, maxD := ms(p.OpenBase), ms(p.OpenMax)
+	d := base
+	for i := 1; i < reopens && d < maxD; i++ {
+		d *= 2
+	}
+	d = min(d, maxD)
+	if p.Jitter > 0 {
+		d += int64(math.Floor(float64(d) * p.Jitter * (2*r - 1)))
+	}
+	return max(min(d, maxD), 1)
+}
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }

@@ -1,0 +1,152 @@
+package breaker
+
+import (
+	"errors"
+	"strconv"
+)
+
+// ErrLeaseNotHeld is returned when a lease token names no live lease.
+var ErrLeaseNotHeld = errors.New("breaker: lease not held")
+
+// Lease is one probe lease of a half-open connection.
+type Lease struct {
+	// Slot is the lease's slot, 0 to MaxProbes-1.
+	Slot int
+	// Token identifies the lease: "<revision>.<slot>.<granted ms>.<nonce>".
+	Token string
+	// Granted is when it was granted (Unix ms).
+	Granted int64
+	// Expires is when it lapses unless extended (Unix ms).
+	Expires int64
+}
+
+// Window is the failure-rate rule's sliding window: two aligned buckets of
+// Policy.Window, the previous one weighted by how much of it still overlaps.
+type Window struct {
+	Start     int64 // start of the current bucket (Unix ms), 0 when empty
+	PrevCalls int64
+	PrevFails int64
+	CurCalls  int64
+	CurFails  int64
+}
+
+// State is one connection's breaker state. The zero value is a connection
+// never seen: closed at revision 0. State is not safe for concurrent use;
+// the store serialises access.
+type State struct {
+	Phase         Phase
+	Cause         Cause
+	Revision      uint64
+	OpenUntil     int64 // Unix ms; 0 when not open or open until changed
+	Reopens       int
+	Consecutive   int
+	Window        Window
+	Override      Override
+	OverrideUntil int64 // Unix ms; 0 means until changed
+	Leases        []Lease
+	Successes     int64 // since the last transition
+	Failures      int64 // since the last transition
+	LastStatus    int
+	LastOutcome   Outcome
+	LastErrorCode string
+	ChangedAt     int64
+	UpdatedAt     int64
+}
+
+// Event is one state change.
+type Event struct {
+	At       int64 // Unix ms
+	From, To Phase
+	Cause    Cause
+	Revision uint64
+	Actor    string
+	Reason   string
+}
+
+// Verdict is Admit's answer for one connection.
+type Verdict struct {
+	Decision   Decision
+	Reason     DenyReason
+	RetryAfter int64 // ms; on Deny
+	Revision   uint64
+	Phase      Phase
+	Lease      *Lease // on AllowProbe
+}
+
+// Report is the outcome of one admitted call.
+type Report struct {
+	Revision   uint64
+	LeaseToken string
+	Outcome    Outcome
+	RetryAfter int64 // ms, 0 when none
+	HTTPStatus int
+	ErrorCode  string
+}
+
+// ReportResult says what a report did.
+type ReportResult struct {
+	Accepted bool // it carried the current revision or a live lease
+	Changed  bool // it changed the state
+}
+
+// LeaseToken formats a lease token.
+func LeaseToken(rev uint64, slot int, granted int64, nonce string) string {
+	return strconv.FormatUint(rev, 10) + "." + strconv.Itoa(slot) + "." + strconv.FormatInt(granted, 10) + "." + nonce
+}
+
+func (s *State) phase() Phase {
+	if s.Phase == 0 {
+		return Closed
+	}
+	return s.Phase
+}
+
+// transition moves to phase to, bumps the revision, drops every lease and
+// returns the event.
+func (s *State) transition(now int64, to Phase, cause Cause, actor, reason string) Event {
+	ev := Event{At: now, From: s.phase(), To: to, Cause: cause, Revision: s.Revision + 1, Actor: actor, Reason: reason}
+	s.Revision++
+	s.Phase = to
+	s.Cause = cause
+	s.ChangedAt = now
+	s.Successes, s.Failures = 0, 0
+	s.Leases = nil
+	if to != Open {
+		s.OpenUntil = 0
+	}
+	return ev
+}
+
+func (s *State) resetCounts() {
+	s.Consecutive = 0
+	s.Window = Window{}
+}
+
+// Settle applies what time alone does: expired leases lapse, an expired
+// override ends, an ended open period turns half-open. Admit, Report, Force
+// and ExtendLease settle first; readers settle a copy to show the state as
+// of now.
+func (s *State) Settle(now int64) []Event {
+	live := s.Leases[:0]
+	for _, l := range s.Leases {
+		if l.Expires > now {
+			live = append(live, l)
+		}
+	}
+	s.Leases = live
+	var evs []Event
+	if s.Override != NoOverride && s.OverrideUntil > 0 && now >= s.OverrideUntil {
+		forced := s.Override
+		s.Override, s.OverrideUntil = NoOverride, 0
+		if forced == ForcedOpen {
+			evs = append(evs, s.transition(now, HalfOpen, CauseForceExpired, "", ""))
+		} else {
+			s.resetCounts()
+			evs = append(evs, s.transition(now, Closed, CauseForceExpired, "", ""))
+		}
+	}
+	if s.Override == NoOverride && s.phase() == Open && now >= s.OpenUntil {
+		evs = append(evs, s.transition(now, HalfOpen, CauseOpenExpired, "", ""))
+	}
+	return evs
+}

@@ -1,0 +1,126 @@
+package breaker
+
+import "strconv"
+
+// Phase is a connection's breaker state. The numbers match the wire enum.
+type Phase uint8
+
+// Phases.
+const (
+	Closed   Phase = 1
+	Open     Phase = 2
+	HalfOpen Phase = 3
+)
+
+// String returns "closed", "open" or "half_open".
+func (p Phase) String() string {
+	switch p {
+	case Closed:
+		return "closed"
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half_open"
+	}
+	return "phase(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Cause is why a connection is open, or what caused its last transition.
+// The numbers match the wire enum.
+type Cause uint8
+
+// Causes.
+const (
+	CauseNone         Cause = 0
+	CauseBreaker      Cause = 1
+	CauseRateLimit    Cause = 2
+	CauseOverload     Cause = 3
+	CauseQuota        Cause = 4
+	CauseAuth         Cause = 5
+	CauseForced       Cause = 6
+	CauseReset        Cause = 7
+	CauseProbeSuccess Cause = 8
+	CauseOpenExpired  Cause = 9
+	CauseForceExpired Cause = 10
+)
+
+var causeNames = [...]string{"none", "breaker", "rate_limit", "overload", "quota", "auth", "forced", "reset", "probe_success", "open_expired", "force_expired"}
+
+// String returns the cause's snake_case name.
+func (c Cause) String() string {
+	if int(c) < len(causeNames) {
+		return causeNames[c]
+	}
+	return "cause(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Outcome is what one provider call amounted to. The numbers match the wire
+// enum.
+type Outcome uint8
+
+// Outcomes.
+const (
+	OutcomeSuccess          Outcome = 1
+	OutcomeTransientFailure Outcome = 2
+	OutcomeRateLimited      Outcome = 3
+	OutcomeOverloaded       Outcome = 4
+	OutcomeQuotaExhausted   Outcome = 5
+	OutcomeAuthFailure      Outcome = 6
+	OutcomeClientError      Outcome = 7
+	OutcomeCanceled         Outcome = 8
+)
+
+// Valid reports whether o is one of the defined outcomes.
+func (o Outcome) Valid() bool { return o >= OutcomeSuccess && o <= OutcomeCanceled }
+
+// Decision is Admit's answer. The numbers match the wire enum.
+type Decision uint8
+
+// Decisions.
+const (
+	Allow      Decision = 1
+	AllowProbe Decision = 2
+	Deny       Decision = 3
+)
+
+// DenyReason says why a call was denied. The numbers match the wire enum.
+type DenyReason uint8
+
+// Deny reasons.
+const (
+	ReasonNone          DenyReason = 0
+	ReasonCooldown      DenyReason = 1
+	ReasonOpen          DenyReason = 2
+	ReasonProbeInFlight DenyReason = 3
+	ReasonQuota         DenyReason = 4
+	ReasonAuth          DenyReason = 5
+	ReasonForcedOpen    DenyReason = 6
+	ReasonOverloaded    DenyReason = 7
+)
+
+// ReasonFor maps the cause of an open state to the reason Admit gives.
+func ReasonFor(c Cause) DenyReason {
+	switch c {
+	case CauseRateLimit:
+		return ReasonCooldown
+	case CauseOverload:
+		return ReasonOverloaded
+	case CauseQuota:
+		return ReasonQuota
+	case CauseAuth:
+		return ReasonAuth
+	case CauseForced:
+		return ReasonForcedOpen
+	}
+	return ReasonOpen
+}
+
+// Override is an operator's forced state. The numbers match the wire enum.
+type Override uint8
+
+// Overrides.
+const (
+	NoOverride   Override = 0
+	ForcedOpen   Override = 1
+	ForcedClosed Override = 2
+)

@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+)
+
+// Snapshot is a connection's state as of Now, with what time alone does
+// (expired opens, leases and overrides) applied.
+type Snapshot struct {
+	Tenant string
+	ID     keys.ID
+	Label  string
+	State  breaker.State
+	Now    time.Time
+	// Exists is false for a connection never reported on.
+	Exists bool
+}
+
+// Transition is one recorded state change.
+type Transition struct {
+	Tenant string
+	ID     keys.ID
+	breaker.Event
+}
+
+type eventJSON struct {
+	ID     string `json:"id"`
+	At     int64  `json:"at"`
+	From   int    `json:"from"`
+	To     int    `json:"to"`
+	Cause  int    `json:"cause"`
+	Rev    uint64 `json:"rev"`
+	Actor  string `json:"actor"`
+	Reason string `json:"reason"`
+}
+
+func decodeEvent(tenant, js string) (Transition, error) {
+	var e eventJSON
+	if err := json.Unmarshal([]byte(js), &e); err != nil {
+		return Transition{}, fmt.Errorf("store: decode event: %w", err)
+	}
+	id, err := keys.ParseID(e.ID)
+	if err != nil {
+		return Transition{}, fmt.Errorf("store: decode event: %w", err)
+	}
+	return Transition{Tenant: tenant, ID: id, Event: breaker.Event{
+		At: e.At, From: breaker.Phase(e.From), To: breaker.Phase(e.To), Cause: breaker.Cause(e.Cause),
+		Revision: e.Rev, Actor: e.Actor, Reason: e.Reason,
+	}}, nil
+}
+
+// Get returns a connection's state and up to history recent transitions,
+// newest first. It writes nothing.
+func (s *Store) Get(ctx context.Context, tenant string, id keys.ID, history int) (Snapshot, []Transition, error) {
+	c := Conn{Tenant: tenant, ID: id}
+	p := s.Policy(tenant)
+	l := c.layout()
+	r := newReply(scriptGet.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, min(max(history, 0), s.history))...).Result())
+	exists := r.int() == 1
+	n := r.int()
+	hist := make([]Transition, 0, n)
+	for range n {
+		js := r.str()
+		if r.err != nil {
+			break
+		}
+		t, err := decodeEvent(tenant, js)
+		if err != nil {
+			return Snapshot{}, nil, err
+		}
+		hist = append(hist, t)
+	}
+	st, now, label := r.state()
+	if r.err != nil {
+		return Snapshot{}, nil, unavailable("get", r.err)
+	}
+	return Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: exists}, hist, nil
+}
+
+// Force sets an operator override on a connection until the given time
+// (zero: until changed); breaker.NoOverride clears it.
+func (s *Store) Force(ctx context.Context, tenant string, id keys.ID, o breaker.Override, until time.Time, actor, reason string) (Snapshot, error) {
+	var u int64
+	if !until.IsZero() {
+		u = until.UnixMilli()
+	}
+	return s.force(ctx, tenant, id, int(o), u, actor, reason)
+}
+
+// Reset clears a connection back to closed (a new revision, so reports
+// from before stay stale).
+func (s *Store) Reset(ctx context.Context, tenant string, id keys.ID, actor, reason string) (Snapshot, error) {
+	return s.force(ctx, tenant, id, forceReset, 0, actor, reason)
+}
+
+func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, until int64, actor, reason string) (Snapshot, error) {
+	c := Conn{Tenant: tenant, ID: id}
+	p := s.Policy(tenant)
+	l := c.layout()
+	r := newReply(scriptForce.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, code, until, actor, reason)...).Result())
+	st, now, label := r.state()
+	if r.err != nil {
+		return Snapshot{}, unavailable("force", r.err)
+	}
+	if err := s.rdb.ZAdd(ctx, keys.Index(tenant), zmember(id)).Err(); err != nil {
+		return Snapshot{}, unavailable("index", err)
+	}
+	return Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true}, nil
+}

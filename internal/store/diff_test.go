@@ -1,0 +1,270 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// fastPolicy runs the whole machine in milliseconds.
+func fastPolicy() breaker.Policy {
+	return breaker.Policy{
+		ConsecutiveFailures: 3, FailureRate: 0.5, MinCalls: 4, Window: time.Second,
+		OpenBase: 100 * time.Millisecond, OpenMax: 1600 * time.Millisecond, Jitter: 0.3,
+		RateLimitDefault: 50 * time.Millisecond, OverloadFloor: 200 * time.Millisecond,
+		QuotaBlock: 1500 * time.Millisecond, AuthBlock: time.Second, MaxProbes: 2, LeaseTTL: 300 * time.Millisecond,
+	}
+}
+
+// world drives the store and the model with the same operations.
+type world struct {
+	t      *testing.T
+	rng    *rand.Rand
+	st     *store.Store
+	rdb    redis.UniversalClient
+	mini   *miniredis.Miniredis // nil on real Redis: lease expiry is emulated
+	policy breaker.Policy
+	now    int64
+	nonce  string
+	jitter int64
+	conns  []store.Conn
+	model  []*breaker.State
+	events [][]breaker.Event
+	tokens [][]string // every lease token granted per connection, live or not
+}
+
+func newWorld(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Miniredis, seed uint64, tenant string) *world {
+	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), rdb: rdb, mini: mini, policy: fastPolicy()}
+	w.now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixMilli() + int64(seed%1000)*10_000
+	opts := store.Options{Policy: &w.policy, Nonce: func() string { return w.nonce }, Jitter: func() int64 { return w.jitter }}
+	if mini == nil {
+		opts.Clock = func() time.Time { return time.UnixMilli(w.now) }
+	} else {
+		mini.SetTime(time.UnixMilli(w.now))
+	}
+	st, err := store.New(rdb, opts)
+	require.NoError(t, err)
+	w.st = st
+	for i := range 2 {
+		var id keys.ID
+		id[0], id[1], id[31] = byte(seed), byte(seed>>8), byte(i)
+		w.conns = append(w.conns, store.Conn{Tenant: tenant, ID: id, Label: "conn " + strconv.Itoa(i)})
+		w.model = append(w.model, &breaker.State{})
+		w.events = append(w.events, nil)
+		w.tokens = append(w.tokens, nil)
+	}
+	return w
+}
+
+func (w *world) advance(d int64) {
+	w.now += d
+	if w.mini != nil {
+		w.mini.SetTime(time.UnixMilli(w.now))
+		w.mini.FastForward(time.Duration(d) * time.Millisecond)
+		return
+	}
+	// Real Redis expires lease keys on its own clock; emulate the virtual
+	// clock by deleting the leases the model says have lapsed.
+	for i, m := range w.model {
+		for _, l := range m.Leases {
+			if l.Expires <= w.now {
+				require.NoError(w.t, w.rdb.Del(context.Background(), keys.Layout{Tenant: w.conns[i].Tenant, ID: w.conns[i].ID}.Lease(l.Slot)).Err())
+			}
+		}
+	}
+}
+
+func (w *world) step(ctx context.Context, k int) string {
+	i := w.rng.IntN(len(w.conns))
+	c, m := w.conns[i], w.model[i]
+	w.nonce = "n" + strconv.Itoa(k)
+	w.jitter = w.rng.Int64N(1_000_000)
+	switch op := w.rng.IntN(100); {
+	case op < 30:
+		got, err := w.st.Admit(ctx, c)
+		require.NoError(w.t, err)
+		want, evs := m.Admit(w.policy, w.now, w.nonce)
+		w.events[i] = append(w.events[i], evs...)
+		desc := fmt.Sprintf("admit %d → %+v", i, want)
+		require.Equal(w.t, want.Decision, got.Decision, desc)
+		require.Equal(w.t, want.Reason, got.Reason, desc)
+		require.Equal(w.t, want.Revision, got.Revision, desc)
+		require.Equal(w.t, want.Phase, got.Phase, desc)
+		if want.Reason != breaker.ReasonProbeInFlight || w.mini != nil {
+			require.Equal(w.t, want.RetryAfter, got.RetryAfter, desc)
+		}
+		if want.Lease != nil {
+			require.Equal(w.t, want.Lease.Token, got.LeaseToken, desc)
+			w.tokens[i] = append(w.tokens[i], got.LeaseToken)
+		}
+		return desc
+	case op < 75:
+		rep := breaker.Report{Outcome: pickOutcome(w.rng), HTTPStatus: 200 + w.rng.IntN(400), ErrorCode: "e" + strconv.Itoa(w.rng.IntN(3))}
+		switch w.rng.IntN(6) {
+		case 0, 1, 2, 3:
+			rep.Revision = m.Revision
+		case 4:
+			rep.Revision = uint64(w.rng.IntN(int(m.Revision) + 1))
+		default:
+			rep.Revision = m.Revision + 1
+		}
+		if n := len(w.tokens[i]); n > 0 && w.rng.IntN(2) == 0 {
+			rep.LeaseToken = w.tokens[i][n-1-w.rng.IntN(min(n, 3))]
+		}
+		if w.rng.IntN(12) == 0 {
+			rep.RetryAfter = []int64{1, 40, 250, 5000}[w.rng.IntN(4)]
+		}
+		got, err := w.st.Report(ctx, c, rep)
+		require.NoError(w.t, err)
+		want, evs := m.Report(w.policy, w.now, rep, float64(w.jitter)/1e6)
+		w.events[i] = append(w.events[i], evs...)
+		desc := fmt.Sprintf("report %d %+v → %+v", i, rep, want)
+		require.Equal(w.t, want, got.ReportResult, desc)
+		require.Equal(w.t, m.Revision, got.Revision, desc)
+		return desc
+	case op < 82:
+		tok := "0.0.0.x"
+		if n := len(w.tokens[i]); n > 0 {
+			tok = w.tokens[i][n-1]
+		}
+		ttl := int64(50 + w.rng.IntN(400))
+		got, err := w.st.ExtendLease(ctx, c, tok, time.Duration(ttl)*time.Millisecond)
+		want, evs, werr := m.ExtendLease(w.now, tok, ttl)
+		w.events[i] = append(w.events[i], evs...)
+		desc := fmt.Sprintf("extend %d %s", i, tok)
+		if werr != nil {
+			require.ErrorIs(w.t, err, store.ErrLeaseNotHeld, desc)
+		} else {
+			require.NoError(w.t, err, desc)
+			require.Equal(w.t, want.Expires, got.UnixMilli(), desc)
+		}
+		return desc
+	case op < 86:
+		o := breaker.Override(w.rng.IntN(3))
+		var until time.Time
+		var u int64
+		if w.rng.IntN(2) == 0 {
+			u = w.now + int64(100+w.rng.IntN(900))
+			until = time.UnixMilli(u)
+		}
+		_, err := w.st.Force(ctx, c.Tenant, c.ID, o, until, "alice", "test")
+		require.NoError(w.t, err)
+		w.events[i] = append(w.events[i], m.Force(w.now, o, u, "alice", "test")...)
+		return fmt.Sprintf("force %d %d until %d", i, o, u)
+	case op < 88:
+		_, err := w.st.Reset(ctx, c.Tenant, c.ID, "bob", "test")
+		require.NoError(w.t, err)
+		w.events[i] = append(w.events[i], m.Reset(w.now, "bob", "test")...)
+		return fmt.Sprintf("reset %d", i)
+	default:
+		d := []int64{1, 7, 49, 120, 333, 1200}[w.rng.IntN(6)]
+		w.advance(d)
+		return fmt.Sprintf("advance %d", d)
+	}
+}
+
+// check compares the store's view of every connection with the model's.
+func (w *world) check(ctx context.Context, desc string) {
+	for i, c := range w.conns {
+		snap, hist, err := w.st.Get(ctx, c.Tenant, c.ID, 50)
+		require.NoError(w.t, err)
+		want := cloneState(w.model[i])
+		want.Settle(w.now)
+		got := snap.State
+		if want.Phase == 0 {
+			want.Phase = breaker.Closed
+		}
+		if w.mini == nil { // lease expiry times follow Redis's own clock there
+			for j := range got.Leases {
+				got.Leases[j].Expires = 0
+			}
+			for j := range want.Leases {
+				want.Leases[j].Expires = 0
+			}
+		}
+		slices.SortFunc(want.Leases, func(a, b breaker.Lease) int { return a.Slot - b.Slot })
+		if len(want.Leases) == 0 {
+			want.Leases = nil
+		}
+		require.Equal(w.t, want, got, "connection %d after %s", i, desc)
+		evs := w.events[i]
+		require.Len(w.t, hist, min(len(evs), 50), "history of %d after %s", i, desc)
+		for j, h := range hist {
+			require.Equal(w.t, evs[len(evs)-1-j], h.Event, "history[%d] of %d after %s", j, i, desc)
+		}
+	}
+}
+
+// pickOutcome favours the outcomes that drive the breaker itself, so that
+// sequences reach trips, probes and recoveries, not only long blocks.
+func pickOutcome(rng *rand.Rand) breaker.Outcome {
+	weights := []struct {
+		o breaker.Outcome
+		w int
+	}{
+		{breaker.OutcomeSuccess, 37}, {breaker.OutcomeTransientFailure, 35}, {breaker.OutcomeClientError, 7},
+		{breaker.OutcomeCanceled, 7}, {breaker.OutcomeRateLimited, 4}, {breaker.OutcomeOverloaded, 4},
+		{breaker.OutcomeQuotaExhausted, 2}, {breaker.OutcomeAuthFailure, 4},
+	}
+	n := rng.IntN(100)
+	for _, x := range weights {
+		if n < x.w {
+			return x.o
+		}
+		n -= x.w
+	}
+	return breaker.OutcomeSuccess
+}
+
+func cloneState(s *breaker.State) breaker.State {
+	c := *s
+	c.Leases = slices.Clone(s.Leases)
+	return c
+}
+
+func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Miniredis, seqs, steps int) {
+	ctx := context.Background()
+	for seq := range seqs {
+		w := newWorld(t, rdb, mini, uint64(seq)+1, "t"+strconv.Itoa(seq%3))
+		var trail []string
+		for k := range steps {
+			desc := w.step(ctx, k)
+			trail = append(trail, desc)
+			if len(trail) > 8 {
+				trail = trail[1:]
+			}
+			w.check(ctx, fmt.Sprintf("seq %d step %d: %q", seq, k, trail))
+		}
+	}
+}
+
+func TestDifferentialMiniredis(t *testing.T) {
+	t.Parallel()
+	m, c := redistest.Mini(t)
+	runDifferential(t, c, m, 100, 60)
+}
+
+func TestDifferentialRealRedis(t *testing.T) {
+	t.Parallel()
+	c := redistest.Real(t)
+	runDifferential(t, c, nil, 1000, 60)
+}
+
+func TestDifferentialCluster(t *testing.T) {
+	t.Parallel()
+	c := redistest.Cluster(t)
+	runDifferential(t, c, nil, 200, 60)
+}

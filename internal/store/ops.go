@@ -1,0 +1,140 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/bsm/redislock"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+)
+
+// Conn names one connection of one tenant.
+type Conn struct {
+	Tenant string
+	ID     keys.ID
+	Label  string
+}
+
+func (c Conn) layout() keys.Layout { return keys.Layout{Tenant: c.Tenant, ID: c.ID} }
+
+// Decision is Admit's answer for one connection.
+type Decision struct {
+	breaker.Verdict
+	// LeaseToken and LeaseExpires are set on AllowProbe.
+	LeaseToken   string
+	LeaseExpires time.Time
+	// Now is the server clock at the decision.
+	Now time.Time
+}
+
+// Admit decides whether one call to c may go now: one round trip.
+func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
+	p := s.Policy(c.Tenant)
+	l := c.layout()
+	r := newReply(scriptAdmit.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, s.nonce())...).Result())
+	d := Decision{Verdict: breaker.Verdict{
+		Decision: breaker.Decision(r.int()), Reason: breaker.DenyReason(r.int()), RetryAfter: r.int(),
+		Revision: uint64(r.int()), Phase: breaker.Phase(r.int()),
+	}}
+	d.LeaseToken = r.str()
+	lexp := r.int()
+	d.Now = time.UnixMilli(r.int())
+	_ = r.int() // changed
+	if r.err != nil {
+		return Decision{}, unavailable("admit", r.err)
+	}
+	if d.Decision == breaker.AllowProbe {
+		d.LeaseExpires = time.UnixMilli(lexp)
+	}
+	return d, nil
+}
+
+// AdmitFirst admits the first candidate that may go, in order. It returns
+// the chosen index (or, when all are denied, the one available soonest)
+// and the decisions of the candidates it examined. One candidate costs one
+// round trip; it stops at the first admitted one.
+func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, error) {
+	out := make([]Decision, 0, len(cands))
+	best := 0
+	for i, c := range cands {
+		d, err := s.Admit(ctx, c)
+		if err != nil {
+			return 0, out, err
+		}
+		out = append(out, d)
+		if d.Decision != breaker.Deny {
+			return i, out, nil
+		}
+		if d.RetryAfter < out[best].RetryAfter {
+			best = i
+		}
+	}
+	return best, out, nil
+}
+
+// ReportResult says what a report did.
+type ReportResult struct {
+	breaker.ReportResult
+	Revision uint64
+	Phase    breaker.Phase
+	// Created is true when the report created the connection's state.
+	Created bool
+}
+
+// Report applies the outcome of one call: one round trip (plus an index
+// insert the first time a connection is seen).
+func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportResult, error) {
+	p := s.Policy(c.Tenant)
+	l := c.layout()
+	r := newReply(scriptReport.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l,
+		rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter())...).Result())
+	res := ReportResult{}
+	res.Accepted = r.int() == 1
+	res.Changed = r.int() == 1
+	res.Created = r.int() == 1
+	res.Revision = uint64(r.int())
+	res.Phase = breaker.Phase(r.int())
+	_ = r.int() // now
+	if r.err != nil {
+		return ReportResult{}, unavailable("report", r.err)
+	}
+	if res.Created {
+		if err := s.rdb.ZAdd(ctx, keys.Index(c.Tenant), zmember(c.ID)).Err(); err != nil {
+			return res, unavailable("index", err)
+		}
+	}
+	return res, nil
+}
+
+// ExtendLease moves a live probe lease's expiry to now+ttl (ttl 0: the
+// policy's lease TTL). May return [ErrLeaseNotHeld].
+func (s *Store) ExtendLease(ctx context.Context, c Conn, token string, ttl time.Duration) (time.Time, error) {
+	p := s.Policy(c.Tenant)
+	if ttl <= 0 {
+		ttl = p.LeaseTTL
+	}
+	slot := tokenSlot(token, p.MaxProbes)
+	if slot < 0 {
+		return time.Time{}, ErrLeaseNotHeld
+	}
+	l := c.layout()
+	r := newReply(scriptExtend.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, token)...).Result())
+	held, now := r.int(), r.int()
+	if r.err != nil {
+		return time.Time{}, unavailable("extend lease", r.err)
+	}
+	if held < 0 {
+		return time.Time{}, ErrLeaseNotHeld
+	}
+	// Re-obtaining a redislock lock with its own token refreshes its TTL.
+	if _, err := s.locks.Obtain(ctx, l.Lease(slot), ttl, &redislock.Options{Token: token}); err != nil {
+		if errors.Is(err, redislock.ErrNotObtained) {
+			return time.Time{}, ErrLeaseNotHeld
+		}
+		return time.Time{}, unavailable("extend lease", err)
+	}
+	return time.UnixMilli(now).Add(ttl), nil
+}

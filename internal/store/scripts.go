@@ -1,0 +1,139 @@
+package store
+
+import (
+	_ "embed"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+)
+
+var (
+	//go:embed lua/prelude.lua
+	luaPrelude string
+	//go:embed lua/admit.lua
+	luaAdmit string
+	//go:embed lua/report.lua
+	luaReport string
+	//go:embed lua/force.lua
+	luaForce string
+	//go:embed lua/get.lua
+	luaGet string
+	//go:embed lua/extend.lua
+	luaExtend string
+
+	scriptAdmit  = redis.NewScript(luaPrelude + luaAdmit)
+	scriptReport = redis.NewScript(luaPrelude + luaReport)
+	scriptForce  = redis.NewScript(luaPrelude + luaForce)
+	scriptGet    = redis.NewScript(luaPrelude + luaGet)
+	scriptExtend = redis.NewScript(luaPrelude + luaExtend)
+)
+
+// forceReset is the force script's code for a reset.
+const forceReset = 3
+
+// connKeys are KEYS for a connection script: state, history, lease slots.
+func connKeys(l keys.Layout, maxProbes int) []string {
+	ks := make([]string, 0, 2+maxProbes)
+	ks = append(ks, l.State(), l.History())
+	for i := range maxProbes {
+		ks = append(ks, l.Lease(i))
+	}
+	return ks
+}
+
+// args builds ARGV: the prelude's common part, then the operation's own.
+func (s *Store) args(p breaker.Policy, l keys.Layout, op ...any) []any {
+	var now int64
+	if s.clock != nil {
+		now = s.clock().UnixMilli()
+	}
+	a := make([]any, 0, 18+len(op))
+	a = append(a, now,
+		p.ConsecutiveFailures, p.RateBasisPoints(), p.MinCalls, p.Window.Milliseconds(),
+		p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds(), strconv.FormatFloat(p.Jitter, 'g', -1, 64),
+		p.RateLimitDefault.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
+		p.AuthBlock.Milliseconds(), p.MaxProbes, p.LeaseTTL.Milliseconds(),
+		s.idle.Milliseconds(), s.history, keys.Channel(l.Tenant), l.ID.String(),
+	)
+	return append(a, op...)
+}
+
+// reply reads a script's array reply with checked conversions.
+type reply struct {
+	v   []any
+	i   int
+	err error
+}
+
+func newReply(v any, err error) *reply {
+	if err != nil {
+		return &reply{err: err}
+	}
+	arr, ok := v.([]any)
+	if !ok {
+		return &reply{err: fmt.Errorf("store: script reply is %T, not an array", v)}
+	}
+	return &reply{v: arr}
+}
+
+func (r *reply) next() any {
+	if r.err != nil {
+		return nil
+	}
+	if r.i >= len(r.v) {
+		r.err = fmt.Errorf("store: script reply too short (%d values)", len(r.v))
+		return nil
+	}
+	r.i++
+	return r.v[r.i-1]
+}
+
+func (r *reply) int() int64 {
+	x := r.next()
+	if r.err != nil {
+		return 0
+	}
+	n, ok := x.(int64)
+	if !ok {
+		r.err = fmt.Errorf("store: script reply value %d is %T, not an integer", r.i-1, x)
+	}
+	return n
+}
+
+func (r *reply) str() string {
+	x := r.next()
+	if r.err != nil {
+		return ""
+	}
+	s, ok := x.(string)
+	if !ok {
+		r.err = fmt.Errorf("store: script reply value %d is %T, not a string", r.i-1, x)
+	}
+	return s
+}
+
+// state decodes the prelude's encode(s).
+func (r *reply) state() (breaker.State, int64, string) {
+	now := r.int()
+	st := breaker.State{
+		Phase: breaker.Phase(r.int()), Cause: breaker.Cause(r.int()), Revision: uint64(r.int()),
+		OpenUntil: r.int(), Reopens: int(r.int()), Consecutive: int(r.int()),
+		Override: breaker.Override(r.int()), OverrideUntil: r.int(),
+		Successes: r.int(), Failures: r.int(), LastStatus: int(r.int()),
+		LastOutcome: breaker.Outcome(r.int()), LastErrorCode: r.str(),
+		ChangedAt: r.int(), UpdatedAt: r.int(),
+	}
+	label := r.str()
+	st.Window = breaker.Window{Start: r.int(), PrevCalls: r.int(), PrevFails: r.int(), CurCalls: r.int(), CurFails: r.int()}
+	n := r.int()
+	for range n {
+		l := breaker.Lease{Slot: int(r.int()), Token: r.str(), Expires: r.int()}
+		l.Granted = tokenGranted(l.Token)
+		st.Leases = append(st.Leases, l)
+	}
+	return st, now, label
+}

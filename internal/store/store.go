@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+)
+
+var (
+	// ErrLeaseNotHeld is returned when a lease token names no live lease.
+	ErrLeaseNotHeld = errors.New("store: lease not held")
+	// ErrUnavailable wraps every failure to reach Redis.
+	ErrUnavailable = errors.New("store: redis unavailable")
+)
+
+// Options configure a [Store]. The zero value is usable: default policy,
+// 24 h idle expiry, 50 transitions of history.
+type Options struct {
+	// Policy is the breaker policy (zero: breaker.DefaultPolicy()).
+	Policy *breaker.Policy
+	// PolicyFor, when set, picks a tenant's policy; it overrides Policy.
+	// Every policy it returns must be valid.
+	PolicyFor func(tenant string) breaker.Policy
+	// IdleTTL is how long an untouched connection's keys live (zero: 24 h).
+	IdleTTL time.Duration
+	// History is how many transitions each connection keeps (zero: 50).
+	History int
+	// Clock, for tests only, replaces Redis TIME as the scripts' clock.
+	Clock func() time.Time
+	// Nonce, for tests only, replaces the random lease-token nonce.
+	Nonce func() string
+	// Jitter, for tests only, replaces the random jitter (millionths).
+	Jitter func() int64
+}
+
+// Store is cooldownd's Redis state. It is safe for concurrent use.
+type Store struct {
+	rdb       redis.UniversalClient
+	locks     *redislock.Client
+	policy    breaker.Policy
+	policyFor func(tenant string) breaker.Policy
+	idle      time.Duration
+	history   int
+	clock     func() time.Time
+	nonce     func() string
+	jitter    func() int64
+}
+
+// New returns a Store on rdb (a single, Sentinel-failover or Cluster
+// client). It validates the policy.
+func New(rdb redis.UniversalClient, o Options) (*Store, error) {
+	s := &Store{rdb: rdb, locks: redislock.New(rdb), policy: breaker.DefaultPolicy(), policyFor: o.PolicyFor,
+		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter}
+	if o.Policy != nil {
+		s.policy = *o.Policy
+	}
+	if err := s.policy.Validate(); err != nil {
+		return nil, err
+	}
+	if s.idle <= 0 {
+		s.idle = 24 * time.Hour
+	}
+	if s.history <= 0 {
+		s.history = 50
+	}
+	if s.nonce == nil {
+		s.nonce = randomNonce
+	}
+	if s.jitter == nil {
+		s.jitter = randomJitter
+	}
+	return s, nil
+}
+
+// Policy returns a tenant's policy.
+func (s *Store) Policy(tenant string) breaker.Policy {
+	if s.policyFor != nil {
+		return s.policyFor(tenant)
+	}
+	return s.policy
+}
+
+// Ping checks that Redis answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return unavailable("ping", err)
+	}
+	return nil
+}
+
+func unavailable(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("store: %s: %w", op, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
+}
+
+func randomNonce() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func randomJitter() int64 {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return int64(uint32(b[0])|uint32(b[1])<<8|uint32(b[2])<<16|uint32(b[3])<<24) % 1_000_000
+}
+
+// tokenGranted reads the grant time out of a lease token.
+func tokenGranted(tok string) int64 {
+	parts := strings.SplitN(tok, ".", 4)
+	if len(parts) != 4 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(parts[2], 10, 64)
+	return n
+}
+
+// tokenSlot reads the slot out of a lease token, -1 when malformed.
+func tokenSlot(tok string, maxProbes int) int {
+	parts := strings.SplitN(tok, ".", 4)
+	if len(parts) != 4 {
+		return -1
+	}
+	n, err := strconv.Atoi(parts[1])
+	if err != nil || n < 0 || n >= maxProbes {
+		return -1
+	}
+	return n
+}
