@@ -83,14 +83,10 @@ func (s *Store) Get(ctx context.Context, tenant string, id keys.ID, history int)
 	return Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: exists}, hist, nil
 }
 
-// Force sets an operator override on a connection until the given time
-// (zero: until changed); breaker.NoOverride clears it.
-func (s *Store) Force(ctx context.Context, tenant string, id keys.ID, o breaker.Override, until time.Time, actor, reason string) (Snapshot, error) {
-	var u int64
-	if !until.IsZero() {
-		u = until.UnixMilli()
-	}
-	return s.force(ctx, tenant, id, int(o), u, actor, reason)
+// Force sets an operator override on a connection for d from the server
+// clock's now (zero: until changed); breaker.NoOverride clears it.
+func (s *Store) Force(ctx context.Context, tenant string, id keys.ID, o breaker.Override, d time.Duration, actor, reason string) (Snapshot, error) {
+	return s.force(ctx, tenant, id, int(o), d.Milliseconds(), actor, reason)
 }
 
 // Reset clears a connection back to closed (a new revision, so reports
@@ -99,11 +95,11 @@ func (s *Store) Reset(ctx context.Context, tenant string, id keys.ID, actor, rea
 	return s.force(ctx, tenant, id, forceReset, 0, actor, reason)
 }
 
-func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, until int64, actor, reason string) (Snapshot, error) {
+func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, d int64, actor, reason string) (Snapshot, error) {
 	c := Conn{Tenant: tenant, ID: id}
 	p := s.Policy(tenant)
 	l := c.layout()
-	r := newReply(scriptForce.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, code, until, actor, reason)...).Result())
+	r := newReply(scriptForce.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, code, d, actor, reason)...).Result())
 	st, now, label := r.state()
 	if r.err != nil {
 		return Snapshot{}, unavailable("force", r.err)

@@ -154,13 +154,12 @@ func (w *world) step(ctx context.Context, k int) string {
 		return desc
 	case op < 86:
 		o := breaker.Override(w.rng.IntN(3))
-		var until time.Time
-		var u int64
+		var d, u int64
 		if w.rng.IntN(2) == 0 {
-			u = w.now + int64(100+w.rng.IntN(900))
-			until = time.UnixMilli(u)
+			d = int64(100 + w.rng.IntN(900))
+			u = w.now + d
 		}
-		_, err := w.st.Force(ctx, c.Tenant, c.ID, o, until, "alice", "test")
+		_, err := w.st.Force(ctx, c.Tenant, c.ID, o, time.Duration(d)*time.Millisecond, "alice", "test")
 		require.NoError(w.t, err)
 		w.events[i] = append(w.events[i], m.Force(w.now, o, u, "alice", "test")...)
 		return fmt.Sprintf("force %d %d until %d", i, o, u)

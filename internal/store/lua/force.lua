@@ -1,9 +1,11 @@
 -- force: ARGV[19] override (0 clear, 1 forced open, 2 forced closed, 3 reset),
--- ARGV[20] until ms (0: until changed), ARGV[21] actor, ARGV[22] reason.
+-- ARGV[20] duration ms from now (0: until changed), ARGV[21] actor, ARGV[22] reason.
 -- Returns the encoded state.
 local s = load()
 settle(s)
-local o, untilMs, actor, reason = tonumber(ARGV[19]), tonumber(ARGV[20]), ARGV[21], ARGV[22]
+local o, d, actor, reason = tonumber(ARGV[19]), tonumber(ARGV[20]), ARGV[21], ARGV[22]
+local untilMs = 0
+if d > 0 then untilMs = now + d end
 if o == 3 then
   s.ov, s.ovu, s.ro = 0, 0, 0
   reset_counts(s)

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"connectrpc.com/connect"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/breaker"
+)
+
+var errWatchLost = errors.New("event subscription lost; reconnect")
+
+// adminService implements cooldownv1connect.AdminServiceHandler.
+type adminService struct{ *Server }
+
+func (s adminService) ResetConnection(ctx context.Context, req *connect.Request[cooldownv1.ResetConnectionRequest]) (*connect.Response[cooldownv1.ResetConnectionResponse], error) {
+	who, err := s.authorize(ctx, req.Header(), RoleAdmin)
+	if err != nil {
+		return nil, err
+	}
+	id, err := parseID("id", req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkText("reason", req.Msg.GetReason(), MaxReasonLen); err != nil {
+		return nil, err
+	}
+	snap, err := s.store.Reset(ctx, who.Tenant, id, who.Name, req.Msg.GetReason())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	s.log.InfoContext(ctx, "connection reset", "tenant", who.Tenant, "id", id.Short(), "actor", who.Name)
+	return connect.NewResponse(&cooldownv1.ResetConnectionResponse{Connection: stateProto(snap)}), nil
+}
+
+func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[cooldownv1.ForceConnectionRequest]) (*connect.Response[cooldownv1.ForceConnectionResponse], error) {
+	who, err := s.authorize(ctx, req.Header(), RoleAdmin)
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	id, err := parseID("id", m.GetId())
+	if err != nil {
+		return nil, err
+	}
+	o := breaker.Override(m.GetOverride())
+	if o > breaker.ForcedClosed {
+		return nil, errInvalid("override", "must be one of the defined overrides, got %d", m.GetOverride())
+	}
+	if err := checkText("reason", m.GetReason(), MaxReasonLen); err != nil {
+		return nil, err
+	}
+	var d time.Duration
+	if pd := m.GetDuration(); pd != nil {
+		if err := pd.CheckValid(); err != nil || pd.AsDuration() < 0 || pd.AsDuration() > 30*24*time.Hour {
+			return nil, errInvalid("duration", "must be between 0 and 720h")
+		}
+		d = pd.AsDuration()
+	}
+	snap, err := s.store.Force(ctx, who.Tenant, id, o, d, who.Name, m.GetReason())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	s.log.InfoContext(ctx, "connection override", "tenant", who.Tenant, "id", id.Short(), "override", m.GetOverride().String(), "actor", who.Name)
+	return connect.NewResponse(&cooldownv1.ForceConnectionResponse{Connection: stateProto(snap)}), nil
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// cooldownService implements cooldownv1connect.CooldownServiceHandler.
+type cooldownService struct{ *Server }
+
+func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldownv1.AdmitRequest]) (*connect.Response[cooldownv1.AdmitResponse], error) {
+	who, err := s.authorize(ctx, req.Header(), RoleClient)
+	if err != nil {
+		return nil, err
+	}
+	cands := req.Msg.GetCandidates()
+	if len(cands) < 1 || len(cands) > MaxCandidates {
+		return nil, errInvalid("candidates", "must hold 1 to %d connections, got %d", MaxCandidates, len(cands))
+	}
+	conns := make([]store.Conn, len(cands))
+	for i, c := range cands {
+		id, label, err := parseConn("candidates", c)
+		if err != nil {
+			return nil, err
+		}
+		conns[i] = store.Conn{Tenant: who.Tenant, ID: id, Label: label}
+	}
+	idx, ds, err := s.store.AdmitFirst(ctx, conns)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &cooldownv1.AdmitResponse{CandidateIndex: uint32(idx)}
+	for _, d := range ds {
+		out.Candidates = append(out.Candidates, &cooldownv1.CandidateDecision{
+			Decision: cooldownv1.Decision(d.Decision), DenyReason: cooldownv1.DenyReason(d.Reason),
+			RetryAfter: dur(d.RetryAfter), State: cooldownv1.State(d.Phase), Revision: d.Revision,
+		})
+		s.metrics.admit(d)
+	}
+	d := ds[idx]
+	out.Decision = cooldownv1.Decision(d.Decision)
+	out.Revision = d.Revision
+	out.State = cooldownv1.State(d.Phase)
+	switch d.Decision {
+	case breaker.Deny:
+		out.DenyReason = cooldownv1.DenyReason(d.Reason)
+		out.RetryAfter = dur(d.RetryAfter)
+		out.AvailableAt = timestamppb.New(d.Now.Add(time.Duration(d.RetryAfter) * time.Millisecond))
+	case breaker.AllowProbe:
+		out.LeaseToken = d.LeaseToken
+		out.LeaseExpiresAt = timestamppb.New(d.LeaseExpires)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error) {
+	who, err := s.authorize(ctx, req.Header(), RoleClient)
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	id, label, err := parseConn("connection", m.GetConnection())
+	if err != nil {
+		return nil, err
+	}
+	o := breaker.Outcome(m.GetOutcome())
+	if !o.Valid() {
+		return nil, errInvalid("outcome", "must be one of the defined outcomes, got %d", m.GetOutcome())
+	}
+	retry, err := parseHint("retry_after", m.GetRetryAfter())
+	if err != nil {
+		return nil, err
+	}
+	if m.GetHttpStatus() > 999 {
+		return nil, errInvalid("http_status", "must be 0 or an HTTP status code, got %d", m.GetHttpStatus())
+	}
+	if err := checkCode("error_code", m.GetErrorCode()); err != nil {
+		return nil, err
+	}
+	if len(m.GetLeaseToken()) > 128 {
+		return nil, errInvalid("lease_token", "must be at most 128 bytes")
+	}
+	res, err := s.store.Report(ctx, store.Conn{Tenant: who.Tenant, ID: id, Label: label}, breaker.Report{
+		Revision: m.GetRevision(), LeaseToken: m.GetLeaseToken(), Outcome: o, RetryAfter: retry,
+		HTTPStatus: int(m.GetHttpStatus()), ErrorCode: m.GetErrorCode(),
+	})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	s.metrics.report(o, res.Accepted)
+	return connect.NewResponse(&cooldownv1.ReportResponse{
+		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
+	}), nil
+}
+
+func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error) {
+	who, err := s.authorize(ctx, req.Header(), RoleClient)
+	if err != nil {
+		return nil, err
+	}
+	id, label, err := parseConn("connection", req.Msg.GetConnection())
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := parseHint("ttl", req.Msg.GetTtl())
+	if err != nil {
+		return nil, err
+	}
+	if tok := req.Msg.GetLeaseToken(); tok == "" || len(tok) > 128 {
+		return nil, errInvalid("lease_token", "must be the 1 to 128 byte token Admit returned")
+	}
+	exp, err := s.store.ExtendLease(ctx, store.Conn{Tenant: who.Tenant, ID: id, Label: label}, req.Msg.GetLeaseToken(), time.Duration(ttl)*time.Millisecond)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&cooldownv1.ExtendLeaseResponse{LeaseExpiresAt: timestamppb.New(exp)}), nil
+}
+
+func (s cooldownService) GetConnection(ctx context.Context, req *connect.Request[cooldownv1.GetConnectionRequest]) (*connect.Response[cooldownv1.GetConnectionResponse], error) {
+	who, err := s.authorize(ctx, req.Header(), RoleViewer)
+	if err != nil {
+		return nil, err
+	}
+	id, err := parseID("id", req.Msg.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if req.Msg.GetHistoryLimit() > 50 {
+		return nil, errInvalid("history_limit", "must be at most 50")
+	}
+	snap, hist, err := s.store.Get(ctx, who.Tenant, id, int(req.Msg.GetHistoryLimit()))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &cooldownv1.GetConnectionResponse{Connection: stateProto(snap)}
+	for _, t := range hist {
+		out.History = append(out.History, transitionProto(t, snap.Label))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s cooldownService) ListConnections(ctx context.Context, req *connect.Request[cooldownv1.ListConnectionsRequest]) (*connect.Response[cooldownv1.ListConnectionsResponse], error) {
+	who, err := s.authorize(ctx, req.Header(), RoleViewer)
+	if err != nil {
+		return nil, err
+	}
+	size := int(req.Msg.GetPageSize())
+	if size == 0 {
+		size = DefaultPageSize
+	}
+	if size > MaxPageSize {
+		return nil, errInvalid("page_size", "must be at most %d", MaxPageSize)
+	}
+	after := req.Msg.GetPageToken()
+	if after != "" {
+		if _, err := keys.ParseID(after); err != nil {
+			return nil, errInvalid("page_token", "is not a token from a previous page")
+		}
+	}
+	snaps, more, err := s.store.List(ctx, who.Tenant, after, size)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &cooldownv1.ListConnectionsResponse{}
+	for _, sn := range snaps {
+		out.Connections = append(out.Connections, stateProto(sn))
+	}
+	if more && len(snaps) > 0 {
+		out.NextPageToken = snaps[len(snaps)-1].ID.String()
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Request[cooldownv1.WatchConnectionsRequest], stream *connect.ServerStream[cooldownv1.WatchConnectionsResponse]) error {
+	who, err := s.authorize(ctx, req.Header(), RoleViewer)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Subscribe before the snapshot so no change falls between the two.
+	events, err := s.store.Watch(ctx, who.Tenant)
+	if err != nil {
+		return toConnect(err)
+	}
+	if req.Msg.GetSnapshot() {
+		after := ""
+		for {
+			snaps, more, err := s.store.List(ctx, who.Tenant, after, MaxPageSize)
+			if err != nil {
+				return toConnect(err)
+			}
+			for _, sn := range snaps {
+				if err := stream.Send(&cooldownv1.WatchConnectionsResponse{Connection: stateProto(sn), Snapshot: true}); err != nil {
+					return err
+				}
+			}
+			if !more || len(snaps) == 0 {
+				break
+			}
+			after = snaps[len(snaps)-1].ID.String()
+		}
+	}
+	heartbeat := time.NewTicker(s.heartbeat)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.closing:
+			return nil
+		case <-heartbeat.C:
+			// An empty message keeps proxies from idling the stream out.
+			if err := stream.Send(&cooldownv1.WatchConnectionsResponse{}); err != nil {
+				return err
+			}
+		case t, ok := <-events:
+			if !ok {
+				return connect.NewError(connect.CodeUnavailable, errWatchLost)
+			}
+			snap, _, err := s.store.Get(ctx, who.Tenant, t.ID, 0)
+			if err != nil {
+				return toConnect(err)
+			}
+			if err := stream.Send(&cooldownv1.WatchConnectionsResponse{
+				Connection: stateProto(snap), Transition: transitionProto(t, snap.Label),
+			}); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/keys"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// Role is what an identity may do. Higher roles include lower ones.
+type Role int
+
+// Roles.
+const (
+	RoleClient Role = 1 // Admit, Report, ExtendLease
+	RoleViewer Role = 2 // Get, List, Watch, the dashboard
+	RoleAdmin  Role = 3 // overrides and reset, and everything else
+)
+
+// Identity is the authenticated caller.
+type Identity struct {
+	Tenant string
+	Role   Role
+	// Name is the token's name, recorded as the actor of overrides.
+	Name string
+}
+
+// allows reports whether an identity with role r may act as want. Roles
+// are separate grants except that admin may do everything and viewer and
+// client are distinct (a client token cannot read the dashboard).
+func (r Role) allows(want Role) bool { return r == RoleAdmin || r == want }
+
+// Authenticator maps a bearer token to an identity. It must compare tokens
+// in constant time and never log them.
+type Authenticator interface {
+	Authenticate(token string) (Identity, bool)
+}
+
+// Options configure a [Server].
+type Options struct {
+	// Store is the state store. Required.
+	Store *store.Store
+	// Logger is the structured logger (zero: slog.Default()).
+	Logger *slog.Logger
+	// Auth authenticates bearer tokens. Nil disables auth: every caller is
+	// an admin of the default tenant (loopback and trials only).
+	Auth Authenticator
+	// Heartbeat is the idle interval of watch streams (zero: 15 s).
+	Heartbeat time.Duration
+}
+
+// Server holds the services' shared state.
+type Server struct {
+	store     *store.Store
+	log       *slog.Logger
+	auth      Authenticator
+	heartbeat time.Duration
+	metrics   *Metrics
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// New returns a Server. It returns an error when Options.Store is nil.
+func New(o Options) (*Server, error) {
+	if o.Store == nil {
+		return nil, errors.New("server: a store is required")
+	}
+	s := &Server{store: o.Store, log: o.Logger, auth: o.Auth, heartbeat: o.Heartbeat, closing: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.heartbeat <= 0 {
+		s.heartbeat = 15 * time.Second
+	}
+	s.metrics = newMetrics()
+	return s, nil
+}
+
+// Close ends open watch streams so a graceful shutdown does not wait for
+// them.
+func (s *Server) Close() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// Handler mounts the Connect services, gRPC health and reflection and
+// /metrics on one handler.
+func (s *Server) Handler() http.Handler {
+	opts := []connect.HandlerOption{
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithInterceptors(s.metrics.interceptor()),
+	}
+	mux := http.NewServeMux()
+	mux.Handle(cooldownv1connect.NewCooldownServiceHandler(cooldownService{s}, opts...))
+	mux.Handle(cooldownv1connect.NewAdminServiceHandler(adminService{s}, opts...))
+	checker := &healthChecker{store: s.store}
+	mux.Handle(grpchealth.NewHandler(checker))
+	services := []string{cooldownv1connect.CooldownServiceName, cooldownv1connect.AdminServiceName}
+	reflector := grpcreflect.NewStaticReflector(services...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	mux.Handle("/metrics", s.metrics.handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.store.Ping(ctx); err != nil {
+			http.Error(w, "state store unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return mux
+}
+
+// authorize authenticates the request's bearer token and checks its role.
+func (s *Server) authorize(_ context.Context, h http.Header, want Role) (Identity, error) {
+	if s.auth == nil {
+		return Identity{Tenant: keys.DefaultTenant, Role: RoleAdmin, Name: "anonymous"}, nil
+	}
+	tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a bearer token is required"))
+	}
+	who, ok := s.auth.Authenticate(tok)
+	if !ok {
+		return Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown token"))
+	}
+	if !who.Role.allows(want) {
+		return Identity{}, connect.NewError(connect.CodePermissionDenied, errors.New("the token's role does not allow this call"))
+	}
+	return who, nil
+}
+
+// healthChecker reports SERVING when Redis answers.
+type healthChecker struct{ store *store.Store }
+
+func (h *healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
+	switch req.Service {
+	case "", cooldownv1connect.CooldownServiceName, cooldownv1connect.AdminServiceName:
+	default:
+		return nil, connect.NewError(connect.CodeNotFound, errors.New("unknown service"))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := h.store.Ping(ctx); err != nil {
+		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil
+	}
+	return &grpchealth.CheckResponse{Status: grpchealth.StatusServing}, nil
+}

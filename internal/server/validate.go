@@ -1,0 +1,81 @@
+package server
+
+import (
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/keys"
+)
+
+// Input bounds.
+const (
+	MaxCandidates   = 16
+	MaxLabelLen     = 64
+	MaxErrorCodeLen = 64
+	MaxReasonLen    = 256
+	MaxHint         = 24 * time.Hour
+	MaxPageSize     = 500
+	DefaultPageSize = 100
+	MaxRequestBytes = 64 << 10
+)
+
+func parseID(field string, b []byte) (keys.ID, error) {
+	id, err := keys.IDFromBytes(b)
+	if err != nil {
+		return keys.ID{}, errInvalid(field, "must be exactly 32 bytes, got %d", len(b))
+	}
+	return id, nil
+}
+
+func parseConn(field string, c *cooldownv1.Connection) (keys.ID, string, error) {
+	if c == nil {
+		return keys.ID{}, "", errInvalid(field, "is required")
+	}
+	id, err := parseID(field+".id", c.GetId())
+	if err != nil {
+		return id, "", err
+	}
+	if err := checkLabel(c.GetLabel()); err != nil {
+		return id, "", errInvalid(field+".label", "%v", err)
+	}
+	return id, c.GetLabel(), nil
+}
+
+// parseHint bounds a client-sent duration to [0, MaxHint].
+func parseHint(field string, d *durationpb.Duration) (int64, error) {
+	if d == nil {
+		return 0, nil
+	}
+	if err := d.CheckValid(); err != nil {
+		return 0, errInvalid(field, "is not a valid duration")
+	}
+	v := d.AsDuration()
+	if v < 0 || v > MaxHint {
+		return 0, errInvalid(field, "must be between 0 and %s", MaxHint)
+	}
+	return v.Milliseconds(), nil
+}
+
+// checkCode accepts short machine codes: [a-z0-9_.-]{0,64}.
+func checkCode(field, s string) error {
+	if len(s) > MaxErrorCodeLen {
+		return errInvalid(field, "must be at most %d bytes", MaxErrorCodeLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return errInvalid(field, "must match [a-z0-9_.-]*")
+		}
+	}
+	return nil
+}
+
+func checkText(field, s string, maxLen int) error {
+	if len(s) > maxLen || !utf8.ValidString(s) {
+		return errInvalid(field, "must be valid UTF-8 of at most %d bytes", maxLen)
+	}
+	return nil
+}
