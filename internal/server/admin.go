@@ -46,10 +46,13 @@ func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, err
 	}
-	o := breaker.Override(m.GetOverride())
-	if o > breaker.ForcedClosed {
-		return nil, errInvalid("override", "must be one of the defined overrides, got %d", m.GetOverride())
+	// Check the wire value before narrowing it to breaker.Override (a
+	// uint8): 258 would otherwise become FORCED_CLOSED.
+	wo := m.GetOverride()
+	if wo < 0 || wo > cooldownv1.Override_OVERRIDE_FORCED_CLOSED {
+		return nil, errInvalid("override", "must be one of the defined overrides, got %d", wo)
 	}
+	o := breaker.Override(wo)
 	if err := checkText("reason", m.GetReason(), MaxReasonLen); err != nil {
 		return nil, err
 	}
@@ -59,6 +62,11 @@ func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[
 			return nil, errInvalid("duration", "must be between 0 and 720h")
 		}
 		d = pd.AsDuration()
+		if d > 0 && d < time.Millisecond {
+			// The store counts whole milliseconds, where 0 means "until
+			// changed": a sub-millisecond override must not become permanent.
+			d = time.Millisecond
+		}
 	}
 	snap, err := s.store.Force(ctx, who.Tenant, id, o, d, who.Name, m.GetReason())
 	if err != nil {

@@ -2,6 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"time"
 
 	"connectrpc.com/connect"
@@ -27,7 +30,7 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 	}
 	conns := make([]store.Conn, len(cands))
 	for i, c := range cands {
-		id, label, err := parseConn("candidates", c)
+		id, label, err := parseConn(fmt.Sprintf("candidates[%d]", i), c)
 		if err != nil {
 			return nil, err
 		}
@@ -71,16 +74,19 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	if err != nil {
 		return nil, err
 	}
-	o := breaker.Outcome(m.GetOutcome())
-	if !o.Valid() {
-		return nil, errInvalid("outcome", "must be one of the defined outcomes, got %d", m.GetOutcome())
+	// Check the wire value before narrowing it: breaker.Outcome is a uint8,
+	// so 257 would otherwise become SUCCESS.
+	wo := m.GetOutcome()
+	o := breaker.Outcome(wo)
+	if wo < 0 || wo > math.MaxUint8 || !o.Valid() {
+		return nil, errInvalid("outcome", "must be one of the defined outcomes, got %d", wo)
 	}
 	retry, err := parseHint("retry_after", m.GetRetryAfter())
 	if err != nil {
 		return nil, err
 	}
-	if m.GetHttpStatus() > 999 {
-		return nil, errInvalid("http_status", "must be 0 or an HTTP status code, got %d", m.GetHttpStatus())
+	if st := m.GetHttpStatus(); st != 0 && (st < 100 || st > 999) {
+		return nil, errInvalid("http_status", "must be 0 or an HTTP status code (100-999), got %d", st)
 	}
 	if err := checkCode("error_code", m.GetErrorCode()); err != nil {
 		return nil, err
@@ -165,7 +171,7 @@ func (s cooldownService) ListConnections(ctx context.Context, req *connect.Reque
 			return nil, errInvalid("page_token", "is not a token from a previous page")
 		}
 	}
-	snaps, more, err := s.store.List(ctx, who.Tenant, after, size)
+	snaps, more, err := s.listPage(ctx, who.Tenant, after, size)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -194,7 +200,7 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 	if req.Msg.GetSnapshot() {
 		after := ""
 		for {
-			snaps, more, err := s.store.List(ctx, who.Tenant, after, MaxPageSize)
+			snaps, more, err := s.listPage(ctx, who.Tenant, after, MaxPageSize)
 			if err != nil {
 				return toConnect(err)
 			}
@@ -237,4 +243,23 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 			}
 		}
 	}
+}
+
+// maxPrunedPages bounds how many consecutive pages of expired index entries
+// one listPage call reads past.
+const maxPrunedPages = 100
+
+// listPage is store.List that reads past pages whose entries had all
+// expired: List prunes those from the index and returns none of them with
+// more=true, which would otherwise end the listing early (there is no
+// last id to continue after). Each retry starts from the same place, and
+// the pruned entries are gone, so every retry makes progress.
+func (s cooldownService) listPage(ctx context.Context, tenant, after string, size int) ([]store.Snapshot, bool, error) {
+	for range maxPrunedPages {
+		snaps, more, err := s.store.List(ctx, tenant, after, size)
+		if err != nil || len(snaps) > 0 || !more {
+			return snaps, more, err
+		}
+	}
+	return nil, false, connect.NewError(connect.CodeUnavailable, errors.New("too many expired connections to skip in one page; retry"))
 }

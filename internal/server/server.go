@@ -125,8 +125,14 @@ func (s *Server) authorize(_ context.Context, h http.Header, want Role) (Identit
 	if s.auth == nil {
 		return Identity{Tenant: keys.DefaultTenant, Role: RoleAdmin, Name: "anonymous"}, nil
 	}
-	tok, ok := strings.CutPrefix(h.Get("Authorization"), "Bearer ")
-	if !ok || tok == "" {
+	// The auth scheme is case-insensitive (RFC 9110, section 11.1).
+	const scheme = "bearer "
+	hv := h.Get("Authorization")
+	var tok string
+	if len(hv) > len(scheme) && strings.EqualFold(hv[:len(scheme)], scheme) {
+		tok = strings.TrimSpace(hv[len(scheme):])
+	}
+	if tok == "" {
 		return Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a bearer token is required"))
 	}
 	who, ok := s.auth.Authenticate(tok)

@@ -1,0 +1,131 @@
+package client
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrUnavailable is wrapped by the errors returned while cooldownd is
+	// unreachable and the client fails closed (see [FailClosed]).
+	ErrUnavailable = errors.New("client: cooldownd unavailable")
+	// ErrDenied matches every [*DeniedError] with [errors.Is].
+	ErrDenied = errors.New("client: denied")
+	// ErrNoResponse is the cause recorded when a guarded call returns
+	// neither a response nor an error.
+	ErrNoResponse = errors.New("client: call returned no response and no error")
+)
+
+// DeniedError is returned by the guards when no candidate may be called
+// now and waiting is not an option: the denial's retry-after would take the
+// wait past the max wait (see [WithMaxWait]) or the context's deadline,
+// [WithNoWait] is set, or cooldownd is unreachable and the client fails
+// closed. It matches [ErrDenied] with [errors.Is].
+type DeniedError struct {
+	// Conn is the denied candidate (the one available soonest).
+	Conn Conn
+	// Reason is why it was denied.
+	Reason DenyReason
+	// RetryAfter is how long until a candidate may be available.
+	RetryAfter time.Duration
+	// Local reports that the in-process breaker denied the call.
+	Local bool
+	// Attempts is how many provider calls the guard made before the denial.
+	Attempts int
+	// Err is the cause, if any: an error wrapping [ErrUnavailable] when
+	// failing closed, or the [*Error] of the previous attempt.
+	Err error
+}
+
+// Error describes the denial.
+func (e *DeniedError) Error() string {
+	var b strings.Builder
+	b.WriteString("client: denied (")
+	b.WriteString(e.Reason.String())
+	b.WriteString(") on ")
+	b.WriteString(e.Conn.String())
+	if e.RetryAfter > 0 {
+		b.WriteString(", retry after ")
+		b.WriteString(e.RetryAfter.String())
+	}
+	if e.Local {
+		b.WriteString(" (local)")
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is [ErrDenied].
+func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
+
+// Unwrap returns the cause.
+func (e *DeniedError) Unwrap() error { return e.Err }
+
+// Error is returned by the guards when the provider call failed for good:
+// it was not retryable, the retries ran out, or the context ended. It
+// describes the last attempt.
+type Error struct {
+	// Conn is the connection of the last attempt.
+	Conn Conn
+	// Attempts is how many provider calls were made.
+	Attempts int
+	// LastOutcome is the classified outcome of the last attempt.
+	LastOutcome Outcome
+	// ErrorCode is the last attempt's short machine code (see
+	// [Classification.ErrorCode]).
+	ErrorCode string
+	// HTTPStatus is the last attempt's status, 0 when it got no response.
+	HTTPStatus int
+	// RetryAfter is the delay the provider asked for on the last attempt.
+	RetryAfter time.Duration
+	// TooLong reports that the provider asked for a delay above
+	// [Rules.MaxServerDelay].
+	TooLong bool
+	// Response is the last attempt's response, nil when it got none. Its
+	// Body holds the error body as read (at most [Rules.MaxBodyBytes]
+	// bytes); the original body is closed.
+	Response *http.Response
+	// Err is the cause: the call's error and, when the context ended, the
+	// context's error. Nil for a plain HTTP failure.
+	Err error
+}
+
+// Error describes the failure.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("client: provider call failed after ")
+	b.WriteString(strconv.Itoa(e.Attempts))
+	if e.Attempts == 1 {
+		b.WriteString(" attempt: ")
+	} else {
+		b.WriteString(" attempts: ")
+	}
+	b.WriteString(e.LastOutcome.String())
+	if e.HTTPStatus != 0 {
+		b.WriteString(" (http ")
+		b.WriteString(strconv.Itoa(e.HTTPStatus))
+		if e.ErrorCode != "" {
+			b.WriteString(", ")
+			b.WriteString(e.ErrorCode)
+		}
+		b.WriteString(")")
+	} else if e.ErrorCode != "" {
+		b.WriteString(" (")
+		b.WriteString(e.ErrorCode)
+		b.WriteString(")")
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,182 @@
+package client
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+)
+
+// local is the in-process fallback: one breaker state per connection, run
+// with the client's local policy while cooldownd is unreachable, plus the
+// bookkeeping of whether it is unreachable. It is safe for concurrent use.
+type local struct {
+	policy breaker.Policy
+	every  time.Duration // how often to try cooldownd again while degraded
+	mode   FailMode
+	log    *slog.Logger
+
+	mu       sync.Mutex
+	states   map[ID]*breaker.State
+	degraded bool
+	nextTry  time.Time
+}
+
+func newLocal(cfg config, log *slog.Logger) *local {
+	return &local{policy: cfg.policy, every: cfg.retryEvery, mode: cfg.failMode, log: log,
+		states: make(map[ID]*breaker.State)}
+}
+
+// useService reports whether a call should go to cooldownd now: always
+// when healthy; while degraded, once per retry interval (the caller that
+// gets true is the one that tries).
+func (l *local) useService(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.degraded {
+		return true
+	}
+	if now.Before(l.nextTry) {
+		return false
+	}
+	l.nextTry = now.Add(l.every)
+	return true
+}
+
+// isDegraded reports whether cooldownd is currently considered unreachable.
+func (l *local) isDegraded() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.degraded
+}
+
+// down records that cooldownd did not answer. The first failure of an
+// outage is logged; the rest are not.
+func (l *local) down(now time.Time, op string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.nextTry = now.Add(l.every)
+	if l.degraded {
+		return
+	}
+	l.degraded = true
+	l.log.Warn("cooldownd unreachable; deciding in-process until it answers again",
+		slog.String("op", op), slog.String("code", connect.CodeOf(err).String()),
+		slog.String("fail_mode", l.mode.String()), slog.String("error", err.Error()))
+}
+
+// up records that cooldownd answered. The end of an outage is logged once
+// and the local states are dropped: cooldownd is the truth again.
+func (l *local) up() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.degraded {
+		return
+	}
+	l.degraded = false
+	clear(l.states)
+	l.log.Info("cooldownd reachable again; deciding through it")
+}
+
+// maxLocalStates is how many connections the local breaker keeps before
+// it drops the quiet ones.
+const maxLocalStates = 4096
+
+// state returns the state of id, creating it. l.mu must be held.
+func (l *local) state(id ID) *breaker.State {
+	s := l.states[id]
+	if s != nil {
+		return s
+	}
+	if len(l.states) >= maxLocalStates {
+		for k, st := range l.states {
+			if st.Phase != breaker.Open && st.Phase != breaker.HalfOpen && st.Consecutive == 0 {
+				delete(l.states, k)
+			}
+		}
+	}
+	s = new(breaker.State)
+	l.states[id] = s
+	return s
+}
+
+// admit decides with the in-process breakers: the first candidate that may
+// go, else a denial for the one available soonest.
+func (l *local) admit(now time.Time, cands []Conn) Admission {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	nowMs := now.UnixMilli()
+	var best Admission
+	for i, c := range cands {
+		v, _ := l.state(c.id).Admit(l.policy, nowMs, nonce())
+		a := Admission{Index: i, Conn: c, Decision: Decision(v.Decision), Revision: v.Revision, Local: true}
+		switch v.Decision {
+		case breaker.AllowProbe:
+			a.LeaseToken, a.LeaseExpires = v.Lease.Token, time.UnixMilli(v.Lease.Expires)
+			return a
+		case breaker.Allow:
+			return a
+		}
+		a.Reason, a.RetryAfter = DenyReason(v.Reason), time.Duration(max(v.RetryAfter, 0))*time.Millisecond
+		if i == 0 || a.RetryAfter < best.RetryAfter {
+			best = a
+		}
+	}
+	return best
+}
+
+// localResult is what a report did to a connection.
+type localResult struct {
+	open bool // the connection is open after the report
+}
+
+// report applies an outcome to the in-process breaker of a.Conn. With
+// fresh set (a call admitted by cooldownd, reported while it is
+// unreachable) the report counts as current.
+func (l *local) report(now time.Time, a Admission, cl Classification, fresh bool) localResult {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.state(a.Conn.id)
+	rev := a.Revision
+	if fresh {
+		rev = s.Revision
+	}
+	s.Report(l.policy, now.UnixMilli(), breaker.Report{
+		Revision: rev, LeaseToken: a.LeaseToken, Outcome: breaker.Outcome(cl.Outcome),
+		RetryAfter: reportDelay(cl).Milliseconds(), HTTPStatus: cl.HTTPStatus, ErrorCode: cl.ErrorCode,
+	}, mrand.Float64())
+	return localResult{open: s.Phase == breaker.Open}
+}
+
+// extend extends a local probe lease.
+func (l *local) extend(now time.Time, a Admission, ttl time.Duration) (time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ttl <= 0 {
+		ttl = l.policy.LeaseTTL
+	}
+	lease, _, err := l.state(a.Conn.id).ExtendLease(now.UnixMilli(), a.LeaseToken, ttl.Milliseconds())
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(lease.Expires), nil
+}
+
+// reportDelay is the delay a report carries: the server's Retry-After on a
+// failure, or the proactive cooldown of a success.
+func reportDelay(cl Classification) time.Duration {
+	return max(cl.RetryAfter, cl.Proactive)
+}
+
+// nonce returns a random lease-token nonce.
+func nonce() string {
+	var b [9]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

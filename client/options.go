@@ -1,0 +1,188 @@
+package client
+
+import (
+	"log/slog"
+	"strconv"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+)
+
+// FailMode says what the client does while cooldownd is unreachable.
+type FailMode int
+
+const (
+	// FailOpen lets the in-process breaker decide while cooldownd is
+	// unreachable: provider calls keep flowing, guarded per process. It is
+	// the default.
+	FailOpen FailMode = iota
+	// FailClosed denies every call while cooldownd is unreachable: [Client.Admit]
+	// returns an error wrapping [ErrUnavailable] and the guards a
+	// [*DeniedError] with [ReasonUnavailable].
+	FailClosed
+)
+
+// String returns "fail_open" or "fail_closed".
+func (m FailMode) String() string {
+	switch m {
+	case FailOpen:
+		return "fail_open"
+	case FailClosed:
+		return "fail_closed"
+	}
+	return "fail_mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Defaults of the options.
+const (
+	DefaultAdmitTimeout = 250 * time.Millisecond
+	DefaultMaxRetries   = 2
+	DefaultBackoffBase  = 500 * time.Millisecond
+	DefaultBackoffCap   = 8 * time.Second
+)
+
+// An Option configures a [Client]. Options are applied in order by [New].
+type Option interface {
+	applyToClient(*config)
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) applyToClient(c *config) { f(c) }
+
+// config is the resolved configuration of a Client.
+type config struct {
+	httpClient   connect.HTTPClient
+	token        string
+	admitTimeout time.Duration
+	logger       *slog.Logger
+	failMode     FailMode
+	policy       breaker.Policy
+	salt         []byte
+	rules        Rules
+	maxRetries   int
+	maxWait      time.Duration // 0: Rules.MaxServerDelay
+	noWait       bool
+	backoffBase  time.Duration
+	backoffCap   time.Duration
+	retryEvery   time.Duration // how often to try cooldownd again while degraded
+}
+
+func defaultConfig() config {
+	return config{
+		admitTimeout: DefaultAdmitTimeout,
+		failMode:     FailOpen,
+		policy:       breaker.DefaultPolicy(),
+		rules:        DefaultRules(),
+		maxRetries:   DefaultMaxRetries,
+		backoffBase:  DefaultBackoffBase,
+		backoffCap:   DefaultBackoffCap,
+		retryEvery:   time.Second,
+	}
+}
+
+// WithToken sends token as a bearer token (Authorization: Bearer …) on
+// every call to cooldownd. The token is never logged.
+func WithToken(token string) Option {
+	return optionFunc(func(c *config) { c.token = token })
+}
+
+// WithAdmitTimeout bounds each call to cooldownd (Admit, Report,
+// ExtendLease). When it passes, the client decides locally (see
+// [FailMode]). A value ≤ 0 keeps the default, [DefaultAdmitTimeout].
+func WithAdmitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.admitTimeout = d
+		}
+	})
+}
+
+// WithHTTPClient sets the HTTP client used to reach cooldownd. The default
+// speaks HTTP/2 (h2c prior knowledge for http:// URLs, falling back to
+// HTTP/1.1 when the server only speaks that; ALPN for https://) with
+// keep-alive and HTTP/2 health pings. A nil client keeps the default.
+func WithHTTPClient(h connect.HTTPClient) Option {
+	return optionFunc(func(c *config) { c.httpClient = h })
+}
+
+// WithLogger sets the logger for degradation and recovery notices and
+// debug lines about retries. Nothing logged holds a credential, a token or
+// more of a connection id than [ID.Short]. A nil logger keeps the default,
+// [slog.Default].
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithFailMode sets what happens while cooldownd is unreachable. The
+// default is [FailOpen].
+func WithFailMode(m FailMode) Option {
+	return optionFunc(func(c *config) { c.failMode = m })
+}
+
+// WithLocalPolicy sets the policy of the in-process breaker that decides
+// while cooldownd is unreachable. The default is [breaker.DefaultPolicy];
+// [New] rejects an invalid policy.
+func WithLocalPolicy(p breaker.Policy) Option {
+	return optionFunc(func(c *config) { c.policy = p })
+}
+
+// WithSalt sets the salt that keys connection ids (see docs/keys.md). Every
+// process that must coordinate on a connection uses the same salt. It must
+// be empty or 16 to 1024 bytes.
+func WithSalt(salt []byte) Option {
+	return optionFunc(func(c *config) { c.salt = append([]byte(nil), salt...) })
+}
+
+// WithRules sets the classification rules of the guards. Fields left zero
+// take their defaults (see [Rules]).
+func WithRules(r Rules) Option {
+	return optionFunc(func(c *config) { c.rules = r })
+}
+
+// WithMaxRetries sets how many times a guard retries a retryable failure
+// after the first attempt. 0 disables retries; a negative value keeps the
+// default, [DefaultMaxRetries].
+func WithMaxRetries(n int) Option {
+	return optionFunc(func(c *config) {
+		if n >= 0 {
+			c.maxRetries = n
+		}
+	})
+}
+
+// WithMaxWait bounds how long a guard waits in total for a denied
+// connection to become available. A denial whose retry-after would take
+// the wait past it ends the guard at once with a [*DeniedError]. A value
+// ≤ 0 keeps the default: the rules' MaxServerDelay (30 s).
+func WithMaxWait(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.maxWait = d
+		}
+	})
+}
+
+// WithNoWait makes the guards return a [*DeniedError] at once on every
+// denial instead of waiting, so that the caller can switch to another
+// model or answer "busy" right away.
+func WithNoWait() Option {
+	return optionFunc(func(c *config) { c.noWait = true })
+}
+
+// WithBackoff sets the guard's retry backoff: the n-th retry waits about
+// base·2ⁿ⁻¹ (with jitter, between half and all of it), at most limit. A
+// server-requested delay is never shortened. Values ≤ 0 keep the defaults,
+// [DefaultBackoffBase] and [DefaultBackoffCap].
+func WithBackoff(base, limit time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if base > 0 {
+			c.backoffBase = base
+		}
+		if limit > 0 {
+			c.backoffCap = limit
+		}
+	})
+}

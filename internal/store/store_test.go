@@ -1,0 +1,176 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+func testID(b ...byte) keys.ID {
+	var id keys.ID
+	copy(id[:], b)
+	id[31] = 0xcd
+	return id
+}
+
+
+func TestNoScriptAfterFlushIsTransparent(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Real(t)
+	p := fastPolicy()
+	st, err := store.New(rdb, store.Options{Policy: &p})
+	require.NoError(t, err)
+	ctx := context.Background()
+	c := store.Conn{Tenant: "t", ID: testID(1)}
+	_, err = st.Admit(ctx, c)
+	require.NoError(t, err)
+	// A restarted Redis has no scripts cached: EVALSHA answers NOSCRIPT.
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	d, err := st.Admit(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, breaker.Allow, d.Decision)
+	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 10_000})
+	require.NoError(t, err)
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	snaps, _, err := st.List(ctx, "t", "", 10)
+	require.NoError(t, err)
+	require.Len(t, snaps, 1)
+	assert.Equal(t, breaker.Open, snaps[0].State.Phase)
+}
+
+func TestAdmitOnUnknownConnectionWritesNothing(t *testing.T) {
+	t.Parallel()
+	m, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	d, err := st.Admit(context.Background(), store.Conn{Tenant: "t", ID: testID(2)})
+	require.NoError(t, err)
+	assert.Equal(t, breaker.Allow, d.Decision)
+	assert.Equal(t, uint64(0), d.Revision)
+	assert.Empty(t, m.Keys(), "the healthy path must not write")
+}
+
+func TestIdleConnectionsExpireAndLeaveTheIndex(t *testing.T) {
+	t.Parallel()
+	m, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{IdleTTL: time.Hour})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for i := range 3 {
+		_, err := st.Report(ctx, store.Conn{Tenant: "t", ID: testID(byte(i))}, breaker.Report{Outcome: breaker.OutcomeSuccess})
+		require.NoError(t, err)
+	}
+	n, err := st.Count(ctx, "t")
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), n)
+	m.FastForward(30 * time.Minute)
+	_, err = st.Report(ctx, store.Conn{Tenant: "t", ID: testID(0)}, breaker.Report{Outcome: breaker.OutcomeSuccess})
+	require.NoError(t, err)
+	m.FastForward(45 * time.Minute) // 1 and 2 are idle for 75 min, 0 for 45
+	snaps, more, err := st.List(ctx, "t", "", 10)
+	require.NoError(t, err)
+	assert.False(t, more)
+	require.Len(t, snaps, 1)
+	assert.Equal(t, testID(0), snaps[0].ID)
+	n, err = st.Count(ctx, "t")
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "List prunes expired connections from the index")
+}
+
+func TestOpenConnectionOutlivesIdleTTL(t *testing.T) {
+	t.Parallel()
+	m, rdb := redistest.Mini(t)
+	p := breaker.DefaultPolicy()
+	st, err := store.New(rdb, store.Options{Policy: &p, IdleTTL: time.Minute})
+	require.NoError(t, err)
+	ctx := context.Background()
+	c := store.Conn{Tenant: "t", ID: testID(9)}
+	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeQuotaExhausted})
+	require.NoError(t, err)
+	m.FastForward(50 * time.Minute)
+	d, err := st.Admit(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, breaker.Deny, d.Decision, "a one-hour quota block survives a shorter idle TTL")
+	assert.Equal(t, breaker.ReasonQuota, d.Reason)
+}
+
+func TestWatchDeliversTransitionsOfOneTenantOnly(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := st.Watch(ctx, "a")
+	require.NoError(t, err)
+	_, err = st.Report(ctx, store.Conn{Tenant: "b", ID: testID(1)}, breaker.Report{Outcome: breaker.OutcomeRateLimited})
+	require.NoError(t, err)
+	_, err = st.Report(ctx, store.Conn{Tenant: "a", ID: testID(1)}, breaker.Report{Outcome: breaker.OutcomeAuthFailure})
+	require.NoError(t, err)
+	select {
+	case ev := <-evs:
+		assert.Equal(t, "a", ev.Tenant)
+		assert.Equal(t, testID(1), ev.ID)
+		assert.Equal(t, breaker.CauseAuth, ev.Cause)
+		assert.Equal(t, breaker.Open, ev.To)
+	case <-ctx.Done():
+		t.Fatal("no event within 10s")
+	}
+}
+
+func TestTenantsAreIsolated(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	ctx := context.Background()
+	id := testID(7)
+	_, err = st.Report(ctx, store.Conn{Tenant: "a", ID: id}, breaker.Report{Outcome: breaker.OutcomeQuotaExhausted})
+	require.NoError(t, err)
+	d, err := st.Admit(ctx, store.Conn{Tenant: "b", ID: id})
+	require.NoError(t, err)
+	assert.Equal(t, breaker.Allow, d.Decision, "the same id under another tenant is another connection")
+	snaps, _, err := st.List(ctx, "b", "", 10)
+	require.NoError(t, err)
+	assert.Empty(t, snaps)
+	_, err = st.Reset(ctx, "b", id, "mallory", "")
+	require.NoError(t, err)
+	d, err = st.Admit(ctx, store.Conn{Tenant: "a", ID: id})
+	require.NoError(t, err)
+	assert.Equal(t, breaker.Deny, d.Decision, "b's reset must not touch a's connection")
+}
+
+func TestExtendLeaseKeepsAProbeAlive(t *testing.T) {
+	t.Parallel()
+	m, rdb := redistest.Mini(t)
+	p := fastPolicy()
+	p.MaxProbes = 1
+	st, err := store.New(rdb, store.Options{Policy: &p})
+	require.NoError(t, err)
+	ctx := context.Background()
+	c := store.Conn{Tenant: "t", ID: testID(3)}
+	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 100})
+	require.NoError(t, err)
+	m.FastForward(150 * time.Millisecond)
+	m.SetTime(time.Now().Add(150 * time.Millisecond))
+	probe, err := st.Admit(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, breaker.AllowProbe, probe.Decision)
+	m.FastForward(200 * time.Millisecond)
+	_, err = st.ExtendLease(ctx, c, probe.LeaseToken, time.Second)
+	require.NoError(t, err)
+	m.FastForward(200 * time.Millisecond) // past the original 300 ms TTL
+	d, err := st.Admit(ctx, c)
+	require.NoError(t, err)
+	assert.Equal(t, breaker.ReasonProbeInFlight, d.Reason, "the extended lease is still held")
+	_, err = st.ExtendLease(ctx, c, "0.0.1.forged", time.Second)
+	require.ErrorIs(t, err, store.ErrLeaseNotHeld)
+}
