@@ -33,7 +33,7 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$$(grep -rlE --include='*_test.go' "^func $$t\(" . | head -1 | xargs dirname); \
 		echo "fuzz $$t in $$pkg"; \
-		go test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+		go test -run="^$$" -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg || exit 1; \
 	done
 
 ## bench: run the benchmarks and print their figures.

@@ -21,7 +21,6 @@ func testID(b ...byte) keys.ID {
 	return id
 }
 
-
 func TestNoScriptAfterFlushIsTransparent(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Real(t)
