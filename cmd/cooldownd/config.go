@@ -82,10 +82,30 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	return c, c.validate()
 }
 
+// policyFlagNames maps the field names in breaker.Policy.Validate's errors
+// to the flags that set them.
+var policyFlagNames = strings.NewReplacer(
+	"breaker: invalid policy: ", "",
+	"consecutive_failures", "--consecutive-failures",
+	"failure_rate", "--failure-rate",
+	"min_calls", "--min-calls",
+	"window", "--window",
+	"open_base", "--open-base",
+	"open_max", "--open-max",
+	"jitter", "--jitter",
+	"rate_limit_default", "--rate-limit-cooldown",
+	"overload_floor", "--overload-floor",
+	"quota_block", "--quota-block",
+	"auth_block", "--auth-block",
+	"max_probes", "--max-probes",
+	"lease_ttl", "--lease-ttl",
+)
+
 func (c config) validate() error {
 	var errs []error
 	if err := c.policy.Validate(); err != nil {
-		errs = append(errs, err)
+		// Name the flags an operator sets, not the policy's field names.
+		errs = append(errs, errors.New(policyFlagNames.Replace(err.Error())))
 	}
 	switch c.logLevel {
 	case "debug", "info", "warn", "error":

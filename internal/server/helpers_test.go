@@ -1,0 +1,232 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/server"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// t0 is the miniredis clock at the start of every test: the Lua scripts
+// read Redis TIME, so the whole machine runs on it.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// fastPolicy runs the machine in milliseconds, without jitter so that
+// durations are exact.
+func fastPolicy() breaker.Policy {
+	return breaker.Policy{
+		ConsecutiveFailures: 3, FailureRate: 0.5, MinCalls: 4, Window: time.Second,
+		OpenBase: 100 * time.Millisecond, OpenMax: 1600 * time.Millisecond, Jitter: 0,
+		RateLimitDefault: 50 * time.Millisecond, OverloadFloor: 200 * time.Millisecond,
+		QuotaBlock: 1500 * time.Millisecond, AuthBlock: time.Second, MaxProbes: 1, LeaseTTL: 300 * time.Millisecond,
+	}
+}
+
+// protocols are the three wire protocols every RPC test runs over.
+var protocols = []struct {
+	name string
+	opts []connect.ClientOption
+}{
+	{"connect", nil},
+	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
+	{"grpcweb", []connect.ClientOption{connect.WithGRPCWeb()}},
+}
+
+// env is one cooldownd server over HTTP/2 with TLS on a store over its own
+// miniredis, with a clock the test moves.
+type env struct {
+	t     *testing.T
+	mini  *miniredis.Miniredis
+	store *store.Store
+	srv   *server.Server
+	http  *httptest.Server
+
+	mu  sync.Mutex
+	now time.Time
+}
+
+type envOptions struct {
+	auth      server.Authenticator
+	heartbeat time.Duration
+	idleTTL   time.Duration
+}
+
+type envOption func(*envOptions)
+
+func withAuth(a server.Authenticator) envOption { return func(o *envOptions) { o.auth = a } }
+
+func withIdleTTL(d time.Duration) envOption { return func(o *envOptions) { o.idleTTL = d } }
+
+// newEnv starts a server bound to the test. A handler panic (which
+// net/http would recover and log) fails the test.
+func newEnv(t *testing.T, opts ...envOption) *env {
+	t.Helper()
+	var o envOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	m, rdb := redistest.Mini(t)
+	m.SetTime(t0)
+	p := fastPolicy()
+	st, err := store.New(rdb, store.Options{Policy: &p, IdleTTL: o.idleTTL})
+	require.NoError(t, err)
+	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.DiscardHandler), Auth: o.auth, Heartbeat: o.heartbeat})
+	require.NoError(t, err)
+
+	errLog := &syncBuffer{}
+	t.Cleanup(func() {
+		assert.NotContains(t, errLog.String(), "panic", "a handler panicked")
+	})
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.EnableHTTP2 = true
+	hs.Config.ErrorLog = log.New(errLog, "", 0)
+	hs.StartTLS()
+	t.Cleanup(hs.Close)
+	t.Cleanup(srv.Close) // runs first: ends watch streams before hs.Close waits for them
+	return &env{t: t, mini: m, store: st, srv: srv, http: hs, now: t0}
+}
+
+// advance moves the Redis clock (TIME, which the scripts read) and its
+// TTLs forward by d.
+func (e *env) advance(d time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.now = e.now.Add(d)
+	e.mini.SetTime(e.now)
+	e.mini.FastForward(d)
+}
+
+// clock returns the Redis clock.
+func (e *env) clock() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+func (e *env) cooldown(opts ...connect.ClientOption) cooldownv1connect.CooldownServiceClient {
+	return cooldownv1connect.NewCooldownServiceClient(e.http.Client(), e.http.URL, opts...)
+}
+
+func (e *env) admin(opts ...connect.ClientOption) cooldownv1connect.AdminServiceClient {
+	return cooldownv1connect.NewAdminServiceClient(e.http.Client(), e.http.URL, opts...)
+}
+
+// withToken returns a client of the server that sends a bearer token on
+// every request, unary and streaming.
+func (e *env) withToken(tok string) *http.Client {
+	c := *e.http.Client()
+	c.Transport = tokenTransport{base: c.Transport, tok: tok}
+	return &c
+}
+
+type tokenTransport struct {
+	base http.RoundTripper
+	tok  string
+}
+
+func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+t.tok)
+	return t.base.RoundTrip(r)
+}
+
+// newID returns a fresh random connection id.
+func newID() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return b
+}
+
+func conn(id []byte) *cooldownv1.Connection { return &cooldownv1.Connection{Id: id} }
+
+func admitReq(ids ...[]byte) *connect.Request[cooldownv1.AdmitRequest] {
+	req := &cooldownv1.AdmitRequest{}
+	for _, id := range ids {
+		req.Candidates = append(req.Candidates, conn(id))
+	}
+	return connect.NewRequest(req)
+}
+
+// admit admits one call to id and fails the test on an error.
+func admit(t *testing.T, c cooldownv1connect.CooldownServiceClient, ids ...[]byte) *cooldownv1.AdmitResponse {
+	t.Helper()
+	res, err := c.Admit(t.Context(), admitReq(ids...))
+	require.NoError(t, err)
+	return res.Msg
+}
+
+// rateLimit reports a 429 with the given Retry-After on id.
+func rateLimit(t *testing.T, c cooldownv1connect.CooldownServiceClient, id []byte, retry time.Duration) *cooldownv1.ReportResponse {
+	t.Helper()
+	res, err := c.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
+		Connection: conn(id), Outcome: cooldownv1.Outcome_OUTCOME_RATE_LIMITED,
+		RetryAfter: durationpb.New(retry), HttpStatus: 429, ErrorCode: "rate_limit_exceeded",
+	}))
+	require.NoError(t, err)
+	return res.Msg
+}
+
+// requireCode asserts err is a Connect error with code and a message
+// mentioning every one of contains.
+func requireCode(t *testing.T, err error, code connect.Code, contains ...string) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, code, connect.CodeOf(err), "error: %v", err)
+	var ce *connect.Error
+	require.ErrorAs(t, err, &ce)
+	for _, s := range contains {
+		assert.Contains(t, ce.Message(), s)
+	}
+}
+
+// get fetches an http path of the server.
+func (e *env) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, e.http.URL+path, nil)
+	require.NoError(t, err)
+	res, err := e.http.Client().Do(req)
+	require.NoError(t, err)
+	defer func() { _ = res.Body.Close() }()
+	var b bytes.Buffer
+	_, err = b.ReadFrom(res.Body)
+	require.NoError(t, err)
+	return res.StatusCode, b.String()
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
