@@ -1,0 +1,146 @@
+package auth_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cooldownd/cooldownd/internal/auth"
+	"github.com/cooldownd/cooldownd/internal/server"
+)
+
+const (
+	clientTok = "client-token-0123456789"
+	adminTok  = "admin-token-abcdefghijk"
+)
+
+func sum(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
+
+var goodFile = `tokens:
+  - name: app
+    tenant: team-a
+    role: client
+    token: ` + clientTok + `
+  - name: ops
+    tenant: team-b
+    role: admin
+    sha256: ` + sum(adminTok) + `
+`
+
+func TestParseAndAuthenticate(t *testing.T) {
+	t.Parallel()
+	tab, err := auth.Parse([]byte(goodFile))
+	require.NoError(t, err)
+	assert.Equal(t, 2, tab.Len())
+	tests := []struct {
+		name  string
+		token string
+		want  server.Identity
+		ok    bool
+	}{
+		{"plain token", clientTok, server.Identity{Tenant: "team-a", Role: server.RoleClient, Name: "app"}, true},
+		{"hashed token", adminTok, server.Identity{Tenant: "team-b", Role: server.RoleAdmin, Name: "ops"}, true},
+		{"unknown", "nope-nope-nope-nope", server.Identity{}, false},
+		{"empty", "", server.Identity{}, false},
+		{"hash itself is not a token", sum(adminTok), server.Identity{}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			who, ok := tab.Authenticate(tt.token)
+			assert.Equal(t, tt.ok, ok)
+			assert.Equal(t, tt.want, who)
+		})
+	}
+}
+
+func TestParseJSON(t *testing.T) {
+	t.Parallel()
+	tab, err := auth.Parse([]byte(`{"tokens":[{"name":"a","tenant":"t","role":"viewer","token":"` + clientTok + `"}]}`))
+	require.NoError(t, err)
+	who, ok := tab.Authenticate(clientTok)
+	require.True(t, ok)
+	assert.Equal(t, server.RoleViewer, who.Role)
+}
+
+func TestParseRejects(t *testing.T) {
+	t.Parallel()
+	entry := func(fields string) string { return "tokens:\n  - " + fields + "\n" }
+	tests := []struct{ name, doc, want string }{
+		{"empty", "", "no tokens"},
+		{"no tokens", "tokens: []", "no tokens"},
+		{"unknown field", entry("name: a\n    tenant: t\n    role: client\n    token: " + clientTok + "\n    extra: 1"), "field"},
+		{"missing name", entry("tenant: t\n    role: client\n    token: " + clientTok), "tokens[0]: name"},
+		{"bad tenant", entry("name: a\n    tenant: Team{A}\n    role: client\n    token: " + clientTok), "tokens[0]: tenant"},
+		{"bad role", entry("name: a\n    tenant: t\n    role: root\n    token: " + clientTok), "tokens[0]: role"},
+		{"short token", entry("name: a\n    tenant: t\n    role: client\n    token: short"), "at least 16"},
+		{"both", entry("name: a\n    tenant: t\n    role: client\n    token: " + clientTok + "\n    sha256: " + sum("x")), "not both"},
+		{"neither", entry("name: a\n    tenant: t\n    role: client"), "required"},
+		{"bad hash", entry("name: a\n    tenant: t\n    role: client\n    sha256: abc"), "64 hex"},
+		{"duplicate", "tokens:\n  - {name: a, tenant: t, role: client, token: " + clientTok + "}\n  - {name: b, tenant: u, role: admin, sha256: " + sum(clientTok) + "}\n", "same token as tokens[0]"},
+		{"syntax", "tokens: [", "syntax"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := auth.Parse([]byte(tt.doc))
+			require.ErrorIs(t, err, auth.ErrInvalidTokens)
+			assert.Contains(t, err.Error(), tt.want)
+			assert.NotContains(t, err.Error(), clientTok, "errors never echo a token")
+		})
+	}
+}
+
+func TestWatcherReloadsAndKeepsOldTokensOnError(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(goodFile), 0o600))
+	var logs strings.Builder
+	w, err := auth.NewWatcher(path, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	_, ok := w.Authenticate(clientTok)
+	require.True(t, ok)
+
+	rotated := strings.Replace(goodFile, clientTok, "rotated-token-9876543210", 1)
+	require.NoError(t, os.WriteFile(path, []byte(rotated), 0o600))
+	w.ReloadNow(context.Background())
+	_, ok = w.Authenticate(clientTok)
+	assert.False(t, ok, "the old token is revoked after rotation")
+	_, ok = w.Authenticate("rotated-token-9876543210")
+	assert.True(t, ok)
+
+	require.NoError(t, os.WriteFile(path, []byte("tokens: ["), 0o600))
+	w.ReloadNow(context.Background())
+	_, ok = w.Authenticate("rotated-token-9876543210")
+	assert.True(t, ok, "a broken file keeps the previous tokens")
+	assert.Contains(t, logs.String(), "keeping the previous tokens")
+	assert.NotContains(t, logs.String(), "rotated-token", "tokens are never logged")
+}
+
+func TestNewWatcherFailsOnMissingFile(t *testing.T) {
+	t.Parallel()
+	_, err := auth.NewWatcher(filepath.Join(t.TempDir(), "nope"), slog.Default())
+	require.Error(t, err)
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(goodFile))
+	f.Add([]byte(`{"tokens":[{"name":"a","tenant":"t","role":"viewer","token":"` + clientTok + `"}]}`))
+	f.Add([]byte("tokens:\n  - name: a\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tab, err := auth.Parse(data)
+		if err != nil {
+			return
+		}
+		require.Positive(t, tab.Len())
+		_, _ = tab.Authenticate("probe-token-0123456789")
+	})
+}
