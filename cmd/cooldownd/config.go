@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -15,7 +14,13 @@ import (
 // config is everything cooldownd is started with.
 type config struct {
 	addr            string
-	redisURL        string
+	redis           redisConfig
+	tokensFile      string
+	tokensReload    time.Duration
+	insecureNoAuth  bool
+	tlsCertFile     string
+	tlsKeyFile      string
+	maxConnsTenant  int
 	logLevel        string
 	logFormat       string
 	idleTTL         time.Duration
@@ -36,7 +41,21 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs := flag.NewFlagSet("cooldownd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address (HTTP/1.1 and h2c on one port)")
-	fs.StringVar(&c.redisURL, "redis-url", "", "Redis URL (redis://[user:password@]host:port/db or rediss:// for TLS); empty: an embedded in-memory Redis (single process, state lost on exit)")
+	fs.StringVar(&c.redis.url, "redis-url", "", "Redis URL (redis://[user@]host:port/db, rediss:// for TLS); empty with no --redis-mode: an embedded in-memory Redis (single process, state lost on exit). Passwords: COOLDOWND_REDIS_PASSWORD or --redis-password-file, not the command line")
+	fs.StringVar(&c.redis.mode, "redis-mode", "", "single, sentinel or cluster (empty: single when --redis-url is set)")
+	fs.StringVar(&c.redis.addrs, "redis-addrs", "", "comma-separated addresses: the sentinels (sentinel mode) or some cluster nodes (cluster mode)")
+	fs.StringVar(&c.redis.masterName, "redis-master-name", "", "the Sentinel master name")
+	fs.StringVar(&c.redis.username, "redis-username", "", "Redis ACL user")
+	fs.StringVar(&c.redis.passwordFile, "redis-password-file", "", "file holding the Redis password (overrides COOLDOWND_REDIS_PASSWORD)")
+	fs.BoolVar(&c.redis.tls, "redis-tls", false, "use TLS to Redis (system roots unless --redis-tls-ca-file)")
+	fs.StringVar(&c.redis.tlsCAFile, "redis-tls-ca-file", "", "PEM CA bundle to verify Redis with")
+	fs.IntVar(&c.redis.db, "redis-db", 0, "Redis database (single and sentinel modes)")
+	fs.StringVar(&c.tokensFile, "tokens-file", "", "YAML/JSON bearer tokens file (tenant + role per token); reloaded on change and on SIGHUP")
+	fs.DurationVar(&c.tokensReload, "tokens-reload-interval", 5*time.Second, "how often the tokens file is checked for changes")
+	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", false, "serve without authentication on a non-loopback address (everyone is admin of the default tenant)")
+	fs.StringVar(&c.tlsCertFile, "tls-cert-file", "", "serve TLS with this PEM certificate (reloaded on change)")
+	fs.StringVar(&c.tlsKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	fs.IntVar(&c.maxConnsTenant, "max-connections-per-tenant", 100000, "live connections a tenant may hold; more answer resource_exhausted")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept")
@@ -121,10 +140,23 @@ func (c config) validate() error {
 	if c.history < 1 || c.history > 1000 {
 		errs = append(errs, fmt.Errorf("--history must be in [1, 1000], got %d", c.history))
 	}
+	if err := c.redis.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if (c.tlsCertFile == "") != (c.tlsKeyFile == "") {
+		errs = append(errs, errors.New("--tls-cert-file and --tls-key-file go together"))
+	}
+	if c.tokensFile != "" && c.insecureNoAuth {
+		errs = append(errs, errors.New("--insecure-no-auth contradicts --tokens-file"))
+	}
+	if c.tokensReload < 100*time.Millisecond {
+		errs = append(errs, errors.New("--tokens-reload-interval must be at least 100ms"))
+	}
+	if c.maxConnsTenant < 1 {
+		errs = append(errs, errors.New("--max-connections-per-tenant must be positive"))
+	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
 	}
 	return errors.Join(errs...)
 }
-
-var _ = os.Getenv

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -19,8 +20,6 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/cooldownd/cooldownd/internal/server"
 	"github.com/cooldownd/cooldownd/internal/store"
@@ -47,16 +46,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	rdb, closeRedis, err := openRedis(ctx, cfg, log)
+	authn, err := openAuth(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	rdb, closeRedis, err := openRedis(ctx, cfg, getenv, log)
 	if err != nil {
 		return err
 	}
 	defer closeRedis()
-	st, err := store.New(rdb, store.Options{Policy: &cfg.policy, IdleTTL: cfg.idleTTL, History: cfg.history})
+	st, err := store.New(rdb, store.Options{Policy: &cfg.policy, IdleTTL: cfg.idleTTL, History: cfg.history, MaxConnsPerTenant: cfg.maxConnsTenant})
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Options{Store: st, Logger: log})
+	opts := server.Options{Store: st, Logger: log}
+	if authn != nil {
+		opts.Auth = authn
+	}
+	srv, err := server.New(opts)
 	if err != nil {
 		return err
 	}
@@ -75,9 +82,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if cfg.tlsCertFile != "" {
+		certs, err := newCertReloader(cfg.tlsCertFile, cfg.tlsKeyFile, log)
+		if err != nil {
+			return err
+		}
+		go certs.run(ctx, cfg.tokensReload)
+		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get, NextProtos: []string{"h2", "http/1.1"}}
+		protocols.SetHTTP2(true)
+		ln = tls.NewListener(ln, hs.TLSConfig)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("cooldownd serving", "addr", ln.Addr().String(), "policy", fmt.Sprintf("%+v", cfg.policy))
+	log.Info("cooldownd serving", "addr", ln.Addr().String(), "tls", cfg.tlsCertFile != "", "auth", authn != nil, "policy", fmt.Sprintf("%+v", cfg.policy))
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -105,34 +122,4 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// openRedis connects to --redis-url, or starts the embedded Redis.
-func openRedis(ctx context.Context, cfg config, log *slog.Logger) (redis.UniversalClient, func(), error) {
-	if cfg.redisURL == "" {
-		e, err := startEmbedded()
-		if err != nil {
-			return nil, nil, err
-		}
-		log.Warn("no --redis-url: using an embedded in-memory Redis; state is in memory, single-process, and lost on exit")
-		return e.client, e.close, nil
-	}
-	opts, err := redis.ParseURL(cfg.redisURL)
-	if err != nil {
-		return nil, nil, fmt.Errorf("invalid --redis-url: %w", redactURLError(err))
-	}
-	rdb := redis.NewClient(opts)
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := rdb.Ping(pctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, nil, fmt.Errorf("redis at %s does not answer: %w", opts.Addr, err)
-	}
-	log.Info("using Redis", "addr", opts.Addr, "db", opts.DB, "tls", opts.TLSConfig != nil)
-	return rdb, func() { _ = rdb.Close() }, nil
-}
-
-// redactURLError keeps a URL parse error from echoing a password.
-func redactURLError(err error) error {
-	return errors.New("cannot parse it (expected redis://[user:password@]host:port/db or rediss://...)")
 }

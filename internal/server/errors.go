@@ -26,6 +26,8 @@ func toConnect(err error) error {
 		return err
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		return connect.NewError(connect.CodeFailedPrecondition, errors.New("lease not held: it expired or was settled"))
+	case errors.Is(err, store.ErrTooManyConnections):
+		return connect.NewError(connect.CodeResourceExhausted, errors.New("the tenant's connection cap is reached; idle connections expire, or raise --max-connections-per-tenant"))
 	case errors.Is(err, context.Canceled):
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):

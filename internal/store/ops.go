@@ -102,11 +102,41 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		return ReportResult{}, unavailable("report", r.err)
 	}
 	if res.Created {
-		if err := s.rdb.ZAdd(ctx, keys.Index(c.Tenant), zmember(c.ID)).Err(); err != nil {
-			return res, unavailable("index", err)
+		if err := s.index(ctx, c); err != nil {
+			return ReportResult{}, err
 		}
 	}
 	return res, nil
+}
+
+// index adds a new connection to its tenant's index, enforcing the
+// tenant's cap: a connection over the cap is removed again.
+func (s *Store) index(ctx context.Context, c Conn) error {
+	idx := keys.Index(c.Tenant)
+	if err := s.rdb.ZAdd(ctx, idx, zmember(c.ID)).Err(); err != nil {
+		return unavailable("index", err)
+	}
+	if s.maxConns <= 0 {
+		return nil
+	}
+	n, err := s.rdb.ZCard(ctx, idx).Result()
+	if err != nil {
+		return unavailable("index", err)
+	}
+	if n <= int64(s.maxConns) {
+		return nil
+	}
+	l := c.layout()
+	if err := s.rdb.ZRem(ctx, idx, c.ID.String()).Err(); err != nil {
+		return unavailable("index", err)
+	}
+	if err := s.rdb.Del(ctx, l.State()).Err(); err != nil {
+		return unavailable("index", err)
+	}
+	if err := s.rdb.Del(ctx, l.History()).Err(); err != nil {
+		return unavailable("index", err)
+	}
+	return ErrTooManyConnections
 }
 
 // ExtendLease moves a live probe lease's expiry to now+ttl (ttl 0: the

@@ -19,6 +19,9 @@ import (
 var (
 	// ErrLeaseNotHeld is returned when a lease token names no live lease.
 	ErrLeaseNotHeld = errors.New("store: lease not held")
+	// ErrTooManyConnections is returned when a report would create a
+	// connection beyond the tenant's cap.
+	ErrTooManyConnections = errors.New("store: too many connections for this tenant")
 	// ErrUnavailable wraps every failure to reach Redis.
 	ErrUnavailable = errors.New("store: redis unavailable")
 )
@@ -35,6 +38,8 @@ type Options struct {
 	IdleTTL time.Duration
 	// History is how many transitions each connection keeps (zero: 50).
 	History int
+	// MaxConnsPerTenant caps each tenant's live connections (zero: no cap).
+	MaxConnsPerTenant int
 	// Clock, for tests only, replaces Redis TIME as the scripts' clock.
 	Clock func() time.Time
 	// Nonce, for tests only, replaces the random lease-token nonce.
@@ -54,13 +59,14 @@ type Store struct {
 	clock     func() time.Time
 	nonce     func() string
 	jitter    func() int64
+	maxConns  int
 }
 
 // New returns a Store on rdb (a single, Sentinel-failover or Cluster
 // client). It validates the policy.
 func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 	s := &Store{rdb: rdb, locks: redislock.New(rdb), policy: breaker.DefaultPolicy(), policyFor: o.PolicyFor,
-		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter}
+		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter, maxConns: o.MaxConnsPerTenant}
 	if o.Policy != nil {
 		s.policy = *o.Policy
 	}

@@ -173,3 +173,25 @@ func TestExtendLeaseKeepsAProbeAlive(t *testing.T) {
 	_, err = st.ExtendLease(ctx, c, "0.0.1.forged", time.Second)
 	require.ErrorIs(t, err, store.ErrLeaseNotHeld)
 }
+
+func TestTenantConnectionCap(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{MaxConnsPerTenant: 2})
+	require.NoError(t, err)
+	ctx := context.Background()
+	ok := breaker.Report{Outcome: breaker.OutcomeSuccess}
+	for i := range 2 {
+		_, err := st.Report(ctx, store.Conn{Tenant: "t", ID: testID(byte(i))}, ok)
+		require.NoError(t, err)
+	}
+	_, err = st.Report(ctx, store.Conn{Tenant: "t", ID: testID(9)}, ok)
+	require.ErrorIs(t, err, store.ErrTooManyConnections)
+	_, err = st.Report(ctx, store.Conn{Tenant: "t", ID: testID(0)}, ok)
+	require.NoError(t, err, "existing connections keep working at the cap")
+	_, err = st.Report(ctx, store.Conn{Tenant: "u", ID: testID(9)}, ok)
+	require.NoError(t, err, "the cap is per tenant")
+	snap, _, err := st.Get(ctx, "t", testID(9), 0)
+	require.NoError(t, err)
+	assert.False(t, snap.Exists, "the refused connection left nothing behind")
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisConfig selects and reaches the Redis that holds the state.
+type redisConfig struct {
+	url          string
+	mode         string // "", single, sentinel, cluster
+	addrs        string // comma-separated, sentinel or cluster
+	masterName   string
+	username     string
+	passwordFile string
+	tls          bool
+	tlsCAFile    string
+	db           int
+}
+
+func (r redisConfig) validate() error {
+	switch r.mode {
+	case "":
+		if r.addrs != "" || r.masterName != "" {
+			return errors.New("--redis-addrs and --redis-master-name need --redis-mode sentinel or cluster")
+		}
+	case "single":
+		if r.url == "" && r.addrs == "" {
+			return errors.New("--redis-mode single needs --redis-url or --redis-addrs")
+		}
+	case "sentinel":
+		if r.addrs == "" || r.masterName == "" {
+			return errors.New("--redis-mode sentinel needs --redis-addrs (the sentinels) and --redis-master-name")
+		}
+	case "cluster":
+		if r.addrs == "" {
+			return errors.New("--redis-mode cluster needs --redis-addrs (some cluster nodes)")
+		}
+		if r.db != 0 {
+			return errors.New("--redis-db must be 0 in cluster mode")
+		}
+	default:
+		return fmt.Errorf("--redis-mode must be single, sentinel or cluster, got %q", r.mode)
+	}
+	if (r.mode == "sentinel" || r.mode == "cluster") && r.url != "" {
+		return errors.New("--redis-url is for single mode; use --redis-addrs for sentinel and cluster")
+	}
+	return nil
+}
+
+// embedded reports whether no Redis is configured.
+func (r redisConfig) embedded() bool { return r.url == "" && r.mode == "" }
+
+// client builds the go-redis client. The password comes from
+// --redis-password-file, else COOLDOWND_REDIS_PASSWORD, else the URL.
+func (r redisConfig) client(getenv func(string) string) (redis.UniversalClient, string, error) {
+	password := getenv("COOLDOWND_REDIS_PASSWORD")
+	if r.passwordFile != "" {
+		b, err := os.ReadFile(r.passwordFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("read --redis-password-file: %w", err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	var tlsConf *tls.Config
+	if r.tls || r.tlsCAFile != "" {
+		tlsConf = &tls.Config{MinVersion: tls.VersionTLS12}
+		if r.tlsCAFile != "" {
+			pem, err := os.ReadFile(r.tlsCAFile)
+			if err != nil {
+				return nil, "", fmt.Errorf("read --redis-tls-ca-file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, "", errors.New("--redis-tls-ca-file holds no PEM certificate")
+			}
+			tlsConf.RootCAs = pool
+		}
+	}
+	addrs := splitList(r.addrs)
+	switch {
+	case r.url != "":
+		opts, err := redis.ParseURL(r.url)
+		if err != nil {
+			return nil, "", errors.New("invalid --redis-url: cannot parse it (expected redis://[user:password@]host:port/db or rediss://...)")
+		}
+		if r.username != "" {
+			opts.Username = r.username
+		}
+		if password != "" {
+			opts.Password = password
+		}
+		if tlsConf != nil {
+			opts.TLSConfig = tlsConf
+		}
+		return redis.NewClient(opts), "single " + opts.Addr, nil
+	case r.mode == "sentinel":
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: r.masterName, SentinelAddrs: addrs, Username: r.username, Password: password,
+			SentinelUsername: r.username, SentinelPassword: password, DB: r.db, TLSConfig: tlsConf,
+		}), "sentinel " + r.masterName + " via " + r.addrs, nil
+	case r.mode == "cluster":
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: addrs, Username: r.username, Password: password, TLSConfig: tlsConf,
+		}), "cluster via " + r.addrs, nil
+	default:
+		return redis.NewClient(&redis.Options{Addr: addrs[0], Username: r.username, Password: password, DB: r.db, TLSConfig: tlsConf}), "single " + addrs[0], nil
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// openRedis connects to the configured Redis, or starts the embedded one.
+func openRedis(ctx context.Context, cfg config, getenv func(string) string, log *slog.Logger) (redis.UniversalClient, func(), error) {
+	if cfg.redis.embedded() {
+		e, err := startEmbedded()
+		if err != nil {
+			return nil, nil, err
+		}
+		log.Warn("no --redis-url: using an embedded in-memory Redis; state is in memory, single-process, and lost on exit")
+		return e.client, e.close, nil
+	}
+	rdb, desc, err := cfg.redis.client(getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, nil, fmt.Errorf("redis (%s) does not answer: %w", desc, err)
+	}
+	log.Info("using Redis", "redis", desc, "tls", cfg.redis.tls || strings.HasPrefix(cfg.redis.url, "rediss://"))
+	return rdb, func() { _ = rdb.Close() }, nil
+}
