@@ -117,6 +117,8 @@ func (p Policy) Validate() error {
 		return bad("consecutive_failures must be in [0, %d], got %d", MaxCount, p.ConsecutiveFailures)
 	case math.IsNaN(p.FailureRate) || p.FailureRate < 0 || p.FailureRate > 1:
 		return bad("failure_rate must be in (0, 1] or 0 to disable, got %v", p.FailureRate)
+	case p.FailureRate > 0 && p.RateBasisPoints() == 0:
+		return bad("failure_rate must be at least 0.0001 (one basis point) or 0 to disable, got %v", p.FailureRate)
 	case p.FailureRate > 0 && (p.MinCalls < 1 || p.MinCalls > MaxCount):
 		return bad("min_calls must be in [1, %d], got %d", MaxCount, p.MinCalls)
 	case p.FailureRate > 0 && (p.Window < time.Millisecond || p.Window > MaxWindow):

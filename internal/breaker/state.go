@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 )
 
@@ -127,13 +128,12 @@ func (s *State) resetCounts() {
 // and ExtendLease settle first; readers settle a copy to show the state as
 // of now.
 func (s *State) Settle(now int64) []Event {
-	live := s.Leases[:0]
-	for _, l := range s.Leases {
-		if l.Expires > now {
-			live = append(live, l)
-		}
+	lapsed := func(l Lease) bool { return l.Expires <= now }
+	if slices.ContainsFunc(s.Leases, lapsed) {
+		// Filter a clone, never in place: s may be a reader's shallow copy
+		// whose Leases share their array with the original.
+		s.Leases = slices.DeleteFunc(slices.Clone(s.Leases), lapsed)
 	}
-	s.Leases = live
 	var evs []Event
 	if s.Override != NoOverride && s.OverrideUntil > 0 && now >= s.OverrideUntil {
 		forced := s.Override

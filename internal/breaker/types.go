@@ -83,6 +83,19 @@ const (
 	Deny       Decision = 3
 )
 
+// String returns "allow", "allow_probe" or "deny".
+func (d Decision) String() string {
+	switch d {
+	case Allow:
+		return "allow"
+	case AllowProbe:
+		return "allow_probe"
+	case Deny:
+		return "deny"
+	}
+	return "decision(" + strconv.Itoa(int(d)) + ")"
+}
+
 // DenyReason says why a call was denied. The numbers match the wire enum.
 type DenyReason uint8
 
@@ -97,6 +110,16 @@ const (
 	ReasonForcedOpen    DenyReason = 6
 	ReasonOverloaded    DenyReason = 7
 )
+
+var reasonNames = [...]string{"none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded"}
+
+// String returns the reason's snake_case name.
+func (r DenyReason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "reason(" + strconv.Itoa(int(r)) + ")"
+}
 
 // ReasonFor maps the cause of an open state to the reason Admit gives.
 func ReasonFor(c Cause) DenyReason {
