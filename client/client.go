@@ -109,15 +109,23 @@ func (c *Client) CloseIdleConnections() {
 func (c *Client) Degraded() bool { return c.local.isDegraded() }
 
 // degradable reports whether a cooldownd error means "not reachable or not
-// able to decide now", as opposed to a rejected request.
+// able to decide now" rather than "this request is refused". Callers check
+// their own context first, so a canceled code here comes from the
+// transport (a connection closed under the call), not from the caller.
 func degradable(err error) bool {
 	switch connect.CodeOf(err) {
-	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeUnknown,
-		connect.CodeInternal, connect.CodeResourceExhausted:
-		return true
+	case connect.CodeInvalidArgument, connect.CodeUnauthenticated, connect.CodePermissionDenied,
+		connect.CodeFailedPrecondition, connect.CodeNotFound, connect.CodeAlreadyExists,
+		connect.CodeOutOfRange, connect.CodeUnimplemented, connect.CodeResourceExhausted:
+		return false
 	}
-	return false
+	return true
 }
+
+// capped reports whether cooldownd refused to track a new connection
+// because the tenant's connection cap is reached. The call is then decided
+// in-process, without treating cooldownd as down.
+func capped(err error) bool { return connect.CodeOf(err) == connect.CodeResourceExhausted }
 
 // rpcContext bounds one call to cooldownd.
 func (c *Client) rpcContext(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -133,7 +141,9 @@ func (c *Client) rpcContext(ctx context.Context) (context.Context, context.Cance
 // unreachable, the in-process breaker decides ([Admission.Local]) with
 // [FailOpen]; with [FailClosed] the error wraps [ErrUnavailable]. Either
 // way the outage is logged once, and cooldownd is tried again about once a
-// second until it answers. Other errors: an invalid candidate
+// second until it answers. The same happens, for this call only, when
+// cooldownd cannot track a new connection because the tenant's connection
+// cap is reached. Other errors: an invalid candidate
 // ([ErrInvalidConn]), the context's end, or a request cooldownd rejected
 // (for example a bad token).
 func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
@@ -154,8 +164,12 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 		if ctx.Err() != nil {
 			return Admission{}, fmt.Errorf("client: admit: %w", ctx.Err())
 		}
-		if degradable(err) {
+		switch {
+		case degradable(err):
 			c.local.down(c.now(), "admit", err)
+			return c.admitLocal(cands, err)
+		case capped(err):
+			c.local.capped(err)
 			return c.admitLocal(cands, err)
 		}
 		return Admission{}, fmt.Errorf("client: admit: %w", err)
@@ -200,7 +214,7 @@ func wireConn(c Conn) *cooldownv1.Connection {
 	return &cooldownv1.Connection{Id: c.id.Bytes(), Label: c.label}
 }
 
-// Report records the outcome of a call that a admitted. Only a's Conn,
+// Report records the outcome of the call admitted by a. Only a's Conn,
 // Revision, LeaseToken and Local are read, so a caller that kept just those
 // may fill in an Admission itself. A classification without an outcome is
 // an error; [OutcomeCanceled] releases a probe lease without changing the
@@ -242,9 +256,13 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 	defer cancel()
 	resp, err := c.rpc.Report(rctx, connect.NewRequest(req))
 	if err != nil {
-		if degradable(err) {
+		switch {
+		case degradable(err):
 			c.local.down(c.now(), "report", err)
 			return c.local.report(c.now(), a, cl, true).open, nil
+		case capped(err):
+			c.local.capped(err) // the outcome cannot be shared; the call itself went fine
+			return false, nil
 		}
 		return false, fmt.Errorf("client: report: %w", err)
 	}

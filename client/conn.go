@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/cooldownd/cooldownd/internal/keys"
@@ -22,8 +23,8 @@ func ParseID(s string) (ID, error) { return keys.ParseID(s) }
 // calls given a zero [Conn].
 var ErrInvalidConn = errors.New("client: invalid connection")
 
-// MaxLabelLen is the longest label, in bytes.
-const MaxLabelLen = 128
+// MaxLabelLen is the longest label, in bytes, that cooldownd accepts.
+const MaxLabelLen = 64
 
 // Conn names one connection: its id and a short human label for the
 // dashboard. It never holds the credential, so it may be logged and
@@ -83,8 +84,8 @@ func (c *Client) Connection(provider, endpoint, credential, scope, label string)
 	switch {
 	case label == "":
 		label = defaultLabel(provider, scope, id)
-	case len(label) > MaxLabelLen || !utf8.ValidString(label):
-		return Conn{}, fmt.Errorf("%w: label must be valid UTF-8 of at most %d bytes", ErrInvalidConn, MaxLabelLen)
+	case len(label) > MaxLabelLen || !utf8.ValidString(label) || strings.IndexFunc(label, notPrint) >= 0:
+		return Conn{}, fmt.Errorf("%w: label must be printable UTF-8 of at most %d bytes", ErrInvalidConn, MaxLabelLen)
 	case len(credential) >= 4 && strings.Contains(label, credential):
 		return Conn{}, fmt.Errorf("%w: label contains the credential", ErrInvalidConn)
 	}
@@ -94,7 +95,7 @@ func (c *Client) Connection(provider, endpoint, credential, scope, label string)
 // defaultLabel builds "<provider> <scope> …<short id>", cut to MaxLabelLen.
 func defaultLabel(provider, scope string, id ID) string {
 	parts := []string{strings.ToLower(strings.TrimSpace(provider))}
-	if s := strings.TrimSpace(scope); s != "" && utf8.ValidString(s) {
+	if s := strings.TrimSpace(scope); s != "" && utf8.ValidString(s) && strings.IndexFunc(s, notPrint) < 0 {
 		parts = append(parts, s)
 	}
 	suffix := " …" + id.Short()
@@ -105,6 +106,8 @@ func defaultLabel(provider, scope string, id ID) string {
 	}
 	return l + suffix
 }
+
+func notPrint(r rune) bool { return !unicode.IsPrint(r) }
 
 // validConns checks the candidates of one Admit.
 func validConns(cands []Conn) error {

@@ -19,6 +19,10 @@ const overloadFloor = 5 * time.Second
 // again: the probe may end long before its lease would.
 const probePoll = time.Second
 
+// minDenyWait is the least wait after a denial, so that a denial that is
+// about to end does not turn into a burst of Admits.
+const minDenyWait = 10 * time.Millisecond
+
 // attemptFunc makes attempt n (from 1) of a guarded call on conn.
 type attemptFunc func(ctx context.Context, conn Conn, n int) (*http.Response, error)
 
@@ -163,7 +167,7 @@ func (c *Client) denyWait(ctx context.Context, a Admission, waited time.Duration
 		return 0, false
 	}
 	left := c.cfg.maxWait - waited
-	d := a.RetryAfter
+	d := max(a.RetryAfter, minDenyWait)
 	if a.Reason == ReasonProbeInFlight {
 		d = min(d, probePoll)
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -21,6 +22,8 @@ type local struct {
 	every  time.Duration // how often to try cooldownd again while degraded
 	mode   FailMode
 	log    *slog.Logger
+
+	capLogged atomic.Bool
 
 	mu       sync.Mutex
 	states   map[ID]*breaker.State
@@ -69,6 +72,15 @@ func (l *local) down(now time.Time, op string, err error) {
 	l.log.Warn("cooldownd unreachable; deciding in-process until it answers again",
 		slog.String("op", op), slog.String("code", connect.CodeOf(err).String()),
 		slog.String("fail_mode", l.mode.String()), slog.String("error", err.Error()))
+}
+
+// capped records that cooldownd refused a new connection because the
+// tenant's connection cap is reached; it is logged once per client.
+func (l *local) capped(err error) {
+	if l.capLogged.CompareAndSwap(false, true) {
+		l.log.Warn("cooldownd cannot track more connections of this tenant; their outcomes are not shared",
+			slog.String("code", connect.CodeOf(err).String()), slog.String("fail_mode", l.mode.String()))
+	}
 }
 
 // up records that cooldownd answered. The end of an outage is logged once
@@ -168,10 +180,14 @@ func (l *local) extend(now time.Time, a Admission, ttl time.Duration) (time.Time
 	return time.UnixMilli(lease.Expires), nil
 }
 
+// maxReportDelay is the longest delay a report carries; cooldownd rejects
+// longer ones.
+const maxReportDelay = 24 * time.Hour
+
 // reportDelay is the delay a report carries: the server's Retry-After on a
-// failure, or the proactive cooldown of a success.
+// failure, or the proactive cooldown of a success, at most a day.
 func reportDelay(cl Classification) time.Duration {
-	return max(cl.RetryAfter, cl.Proactive)
+	return min(max(cl.RetryAfter, cl.Proactive), maxReportDelay)
 }
 
 // nonce returns a random lease-token nonce.

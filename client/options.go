@@ -122,10 +122,20 @@ func WithFailMode(m FailMode) Option {
 	return optionFunc(func(c *config) { c.failMode = m })
 }
 
+// Policy holds the tunables of the in-process breaker: the same state
+// machine and fields as cooldownd's policies (durations, trip thresholds,
+// probes). Start from [DefaultPolicy].
+type Policy = breaker.Policy
+
+// DefaultPolicy returns cooldownd's documented default policy: trip after 5
+// consecutive failures or a 50 % failure rate over 60 s (20 calls at
+// least), open 10 s doubling to 5 min, one probe with a 30 s lease.
+func DefaultPolicy() Policy { return breaker.DefaultPolicy() }
+
 // WithLocalPolicy sets the policy of the in-process breaker that decides
-// while cooldownd is unreachable. The default is [breaker.DefaultPolicy];
-// [New] rejects an invalid policy.
-func WithLocalPolicy(p breaker.Policy) Option {
+// while cooldownd is unreachable. The default is [DefaultPolicy]; [New]
+// rejects an invalid policy.
+func WithLocalPolicy(p Policy) Option {
 	return optionFunc(func(c *config) { c.policy = p })
 }
 

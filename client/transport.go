@@ -1,10 +1,12 @@
 package client
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -12,11 +14,11 @@ import (
 // TLS (ALPN, with HTTP/1.1 fallback) for https, h2c with prior knowledge
 // for http, falling back to HTTP/1.1 when the server turns out to speak only
 // that. Per-call deadlines come from contexts (see [WithAdmitTimeout]), so
-// the client itself has no overall timeout.
+// the client itself has no overall timeout. Proxies from the environment
+// apply to https only: h2c cannot pass through an HTTP proxy.
 func newHTTPClient(scheme string) *http.Client {
 	base := func(p *http.Protocols) *http.Transport {
-		return &http.Transport{
-			Proxy: http.ProxyFromEnvironment,
+		t := &http.Transport{
 			DialContext: (&net.Dialer{
 				Timeout:   5 * time.Second,
 				KeepAlive: 30 * time.Second,
@@ -32,6 +34,10 @@ func newHTTPClient(scheme string) *http.Client {
 			// before a call waits on it.
 			HTTP2: &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 5 * time.Second},
 		}
+		if scheme == "https" {
+			t.Proxy = http.ProxyFromEnvironment
+		}
+		return t
 	}
 	if scheme == "https" {
 		var p http.Protocols
@@ -45,10 +51,13 @@ func newHTTPClient(scheme string) *http.Client {
 	return &http.Client{Transport: &h2cFallback{h2c: base(&h2c), h1: base(&h1)}}
 }
 
-// h2cFallback sends over h2c until a server answers the HTTP/2 preface
-// with HTTP/1.1; from then on it sends over HTTP/1.1.
+// h2cFallback sends over h2c with prior knowledge. Until h2c has worked
+// once, a failure that an HTTP/1.1-only server causes (it answers the
+// HTTP/2 preface in HTTP/1.1 and hangs up) sends the request again over
+// HTTP/1.1, and when that gets a response, HTTP/1.1 is used from then on.
 type h2cFallback struct {
 	h2c, h1 *http.Transport
+	h2ok    atomic.Bool // h2c got a response once
 	useH1   atomic.Bool
 }
 
@@ -58,13 +67,19 @@ func (t *h2cFallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.h1.RoundTrip(req)
 	}
 	resp, err := t.h2c.RoundTrip(req)
-	if err == nil || !spokeHTTP1(err) || (req.Body != nil && req.Body != http.NoBody && req.GetBody == nil) {
-		return resp, err
+	if err == nil {
+		t.h2ok.Store(true)
+		return resp, nil
 	}
-	// The server rejected the preface before reading the request, so
-	// sending it again is safe.
-	t.useH1.Store(true)
-	if req.GetBody != nil {
+	if t.h2ok.Load() || !refusedPreface(err) {
+		return nil, err
+	}
+	// The server did not speak HTTP/2, so it never read the request:
+	// sending it again over HTTP/1.1 is safe.
+	if req.Body != nil && req.Body != http.NoBody {
+		if req.GetBody == nil {
+			return nil, err
+		}
 		body, gerr := req.GetBody()
 		if gerr != nil {
 			return nil, err
@@ -72,7 +87,12 @@ func (t *h2cFallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.Clone(req.Context())
 		req.Body = body
 	}
-	return t.h1.RoundTrip(req)
+	resp, err1 := t.h1.RoundTrip(req)
+	if err1 != nil {
+		return nil, err
+	}
+	t.useH1.Store(true)
+	return resp, nil
 }
 
 // CloseIdleConnections closes both transports' idle connections.
@@ -81,10 +101,14 @@ func (t *h2cFallback) CloseIdleConnections() {
 	t.h1.CloseIdleConnections()
 }
 
-// spokeHTTP1 reports whether an HTTP/2 client error says that the server
-// answered in HTTP/1.1. The standard library exposes no type for it, only
-// this message ("… note that the frame header looked like an HTTP/1.1
-// header").
-func spokeHTTP1(err error) bool {
-	return strings.Contains(err.Error(), "looked like an HTTP/1.1 header")
+// refusedPreface reports whether an h2c error is one that an HTTP/1.1
+// server causes: the HTTP/2 client read an HTTP/1.1 answer ("… the frame
+// header looked like an HTTP/1.1 header"), or the server hung up before its
+// HTTP/2 settings arrived, or while the client was still writing. The
+// standard library exposes no types for the first two, only messages.
+func refusedPreface(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "looked like an HTTP/1.1 header") ||
+		strings.Contains(msg, "client conn could not be established") ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }

@@ -1,0 +1,248 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/server"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// fastPolicy is a policy with sub-second durations, for tests against a
+// real server.
+func fastPolicy() breaker.Policy {
+	p := breaker.DefaultPolicy()
+	p.ConsecutiveFailures = 2
+	p.FailureRate = 0
+	p.OpenBase = 100 * time.Millisecond
+	p.OpenMax = time.Second
+	p.Jitter = 0
+	p.RateLimitDefault = 200 * time.Millisecond
+	return p
+}
+
+// cooldownd is a real in-process cooldownd (internal/server on a store on
+// miniredis) served over h2c, with every request's bytes recorded.
+type cooldownd struct {
+	auth  server.Authenticator // nil: no auth
+	URL   string
+	Addr  string
+	store *store.Store
+	srv   *httptest.Server
+	mu    sync.Mutex
+	wire  bytes.Buffer // every request, dumped with headers and body
+	calls atomic.Int64
+}
+
+// startCooldownd starts a cooldownd with policy p, closed at cleanup.
+func startCooldownd(t *testing.T, p breaker.Policy) *cooldownd {
+	t.Helper()
+	return startCooldowndAuth(t, p, nil)
+}
+
+// startCooldowndAuth starts a cooldownd that authenticates with auth.
+func startCooldowndAuth(t *testing.T, p breaker.Policy, auth server.Authenticator) *cooldownd {
+	t.Helper()
+	_, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{Policy: &p})
+	require.NoError(t, err)
+	cd := &cooldownd{store: st, auth: auth}
+	cd.serve(t, nil)
+	return cd
+}
+
+// serve starts serving on l (nil: a new loopback port).
+func (cd *cooldownd) serve(t *testing.T, l net.Listener) {
+	t.Helper()
+	srv, err := server.New(server.Options{Store: cd.store, Auth: cd.auth, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	h := srv.Handler()
+	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dump, err := httputil.DumpRequest(r, true)
+		if err == nil {
+			cd.mu.Lock()
+			cd.wire.Write(dump)
+			cd.mu.Unlock()
+		}
+		cd.calls.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	if l != nil {
+		_ = ts.Listener.Close()
+		ts.Listener = l
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	ts.Config.Protocols = &p
+	ts.Start()
+	t.Cleanup(ts.Close)
+	cd.srv, cd.URL, cd.Addr = ts, ts.URL, ts.Listener.Addr().String()
+}
+
+// stop closes the server: the address stops answering.
+func (cd *cooldownd) stop() { cd.srv.Close() }
+
+// restart serves again on the same address.
+func (cd *cooldownd) restart(t *testing.T) {
+	t.Helper()
+	var l net.Listener
+	require.Eventually(t, func() bool {
+		var err error
+		l, err = net.Listen("tcp", cd.Addr)
+		return err == nil
+	}, 5*time.Second, 20*time.Millisecond)
+	cd.serve(t, l)
+}
+
+// wireBytes returns everything the server received so far.
+func (cd *cooldownd) wireBytes() []byte {
+	cd.mu.Lock()
+	defer cd.mu.Unlock()
+	return bytes.Clone(cd.wire.Bytes())
+}
+
+// get reads one connection's state and history through the API.
+func (cd *cooldownd) get(t *testing.T, conn Conn) *cooldownv1.GetConnectionResponse {
+	t.Helper()
+	api := cooldownv1connect.NewCooldownServiceClient(http.DefaultClient, cd.URL)
+	resp, err := api.GetConnection(context.Background(), connect.NewRequest(&cooldownv1.GetConnectionRequest{
+		Id: conn.ID().Bytes(), HistoryLimit: 50,
+	}))
+	require.NoError(t, err)
+	return resp.Msg
+}
+
+// reply is one scripted provider answer.
+type reply struct {
+	status  int
+	headers map[string]string
+	body    string
+}
+
+// provider is a fake LLM provider that answers from a script, then with
+// the last entry (or 200 "ok" when empty), and counts its calls.
+type provider struct {
+	*httptest.Server
+	mu     sync.Mutex
+	script []reply
+	bodies []string
+	hits   atomic.Int64
+}
+
+func newProvider(t *testing.T, script ...reply) *provider {
+	t.Helper()
+	p := &provider{script: script}
+	p.Server = httptest.NewServer(http.HandlerFunc(p.serve))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	n := p.hits.Add(1)
+	p.mu.Lock()
+	p.bodies = append(p.bodies, string(b))
+	rep := reply{status: http.StatusOK, body: "ok"}
+	if len(p.script) > 0 {
+		rep = p.script[min(int(n)-1, len(p.script)-1)]
+	}
+	p.mu.Unlock()
+	for k, v := range rep.headers {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(rep.status)
+	_, _ = io.WriteString(w, rep.body)
+}
+
+// received returns the request bodies the provider received.
+func (p *provider) received() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.bodies...)
+}
+
+// get returns a call func for Do that GETs the provider.
+func (p *provider) get() func(ctx context.Context) (*http.Response, error) {
+	return func(ctx context.Context) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL, nil)
+		if err != nil {
+			return nil, err
+		}
+		return p.Client().Do(req)
+	}
+}
+
+// logBuffer collects slog output safely across goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newLogger returns a debug-level text logger writing to a new buffer.
+func newLogger() (*slog.Logger, *logBuffer) {
+	b := new(logBuffer)
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
+}
+
+// withRetryEvery sets how often a degraded client tries cooldownd again.
+func withRetryEvery(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.retryEvery = d })
+}
+
+// newClient returns a Client for url with a discarding logger, fast
+// backoff, and opts.
+func newClient(t *testing.T, url string, opts ...Option) *Client {
+	t.Helper()
+	base := []Option{WithLogger(slog.New(slog.DiscardHandler)), WithBackoff(time.Millisecond, 5*time.Millisecond)}
+	c, err := New(url, append(base, opts...)...)
+	require.NoError(t, err)
+	t.Cleanup(c.CloseIdleConnections)
+	return c
+}
+
+// conn derives a Conn for a test key on the provider p.
+func conn(t *testing.T, c *Client, endpoint, key, scope string) Conn {
+	t.Helper()
+	cn, err := c.Connection("openai", endpoint, key, scope, "")
+	require.NoError(t, err)
+	return cn
+}
+
+// response builds a provider response without a network, for synctest.
+func response(status int, headers map[string]string, body string) *http.Response {
+	h := make(http.Header)
+	for k, v := range headers {
+		h.Set(k, v)
+	}
+	return &http.Response{StatusCode: status, Header: h, Body: io.NopCloser(bytes.NewReader([]byte(body)))}
+}
