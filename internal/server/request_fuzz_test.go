@@ -1,0 +1,82 @@
+package server
+
+import (
+	"context"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+func fuzzServer(f *testing.F) *Server {
+	f.Helper()
+	_, rdb := redistest.Mini(f)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(f, err)
+	s, err := New(Options{Store: st})
+	require.NoError(f, err)
+	return s
+}
+
+func seedBytes(f *testing.F, m proto.Message) {
+	b, err := proto.Marshal(m)
+	require.NoError(f, err)
+	f.Add(b)
+}
+
+// FuzzReportRequest decodes arbitrary bytes as a ReportRequest and runs the
+// handler: it never panics, rejects with invalid_argument, and accepts only
+// requests that are within bounds.
+func FuzzReportRequest(f *testing.F) {
+	s := fuzzServer(f)
+	id := make([]byte, 32)
+	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id, Label: "openai gpt-4o"}, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS})
+	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id}, Outcome: cooldownv1.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(1e9), HttpStatus: 429, ErrorCode: "rate_limit"})
+	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id[:31], Label: "sk-abc"}, Outcome: 99})
+	svc := cooldownService{s}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m cooldownv1.ReportRequest
+		if proto.Unmarshal(data, &m) != nil {
+			return
+		}
+		_, err := svc.Report(context.Background(), connect.NewRequest(&m))
+		if err != nil {
+			require.Contains(t, []connect.Code{connect.CodeInvalidArgument, connect.CodeResourceExhausted}, connect.CodeOf(err), "%v", err)
+			return
+		}
+		require.Len(t, m.GetConnection().GetId(), 32)
+		require.True(t, breaker.Outcome(m.GetOutcome()).Valid())
+		require.NoError(t, checkLabel(m.GetConnection().GetLabel()))
+		require.LessOrEqual(t, m.GetRetryAfter().AsDuration(), MaxHint)
+	})
+}
+
+// FuzzAdmitRequest does the same for AdmitRequest.
+func FuzzAdmitRequest(f *testing.F) {
+	s := fuzzServer(f)
+	id := make([]byte, 32)
+	seedBytes(f, &cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: id, Label: "a"}, {Id: id}}})
+	seedBytes(f, &cooldownv1.AdmitRequest{})
+	svc := cooldownService{s}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m cooldownv1.AdmitRequest
+		if proto.Unmarshal(data, &m) != nil {
+			return
+		}
+		res, err := svc.Admit(context.Background(), connect.NewRequest(&m))
+		if err != nil {
+			require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err), "%v", err)
+			return
+		}
+		n := len(m.GetCandidates())
+		require.True(t, n >= 1 && n <= MaxCandidates)
+		require.Less(t, int(res.Msg.GetCandidateIndex()), n)
+	})
+}
