@@ -1,0 +1,381 @@
+{{/*
+Chart name, truncated to 63 characters (a DNS label).
+*/}}
+{{- define "cooldownd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: <release>-<chart>, or <release> when it already contains the chart
+name. Truncated to 63 characters because some Kubernetes name fields are limited to that.
+*/}}
+{{- define "cooldownd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of a derived resource: the full name truncated so that "-<suffix>" still fits 63 characters.
+Usage: include "cooldownd.componentName" (list . "redis")
+*/}}
+{{- define "cooldownd.componentName" -}}
+{{- $ctx := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- printf "%s-%s" (include "cooldownd.fullname" $ctx | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "cooldownd.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every resource.
+*/}}
+{{- define "cooldownd.labels" -}}
+helm.sh/chart: {{ include "cooldownd.chart" . }}
+{{ include "cooldownd.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "cooldownd.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: cooldownd
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels of the cooldownd pods. They never change across upgrades (Deployment selectors
+are immutable).
+*/}}
+{{- define "cooldownd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cooldownd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{/*
+Labels and selector labels of the bundled Redis.
+*/}}
+{{- define "cooldownd.redis.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "cooldownd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: redis
+{{- end }}
+
+{{- define "cooldownd.redis.labels" -}}
+helm.sh/chart: {{ include "cooldownd.chart" . }}
+{{ include "cooldownd.redis.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.redis.bundled.image.tag | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: cooldownd
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount the cooldownd pods use.
+*/}}
+{{- define "cooldownd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "cooldownd.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+cooldownd image tag: image.tag, else the chart's appVersion.
+*/}}
+{{- define "cooldownd.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | toString }}
+{{- end }}
+
+{{/*
+An image reference from {repository, tag, digest}; the digest wins over the tag.
+Usage: include "cooldownd.imageRef" (dict "image" .Values.image "defaultTag" .Chart.AppVersion)
+*/}}
+{{- define "cooldownd.imageRef" -}}
+{{- if .image.digest }}
+{{- printf "%s@%s" .image.repository .image.digest }}
+{{- else }}
+{{- printf "%s:%s" .image.repository (.image.tag | default .defaultTag | toString) }}
+{{- end }}
+{{- end }}
+
+{{- define "cooldownd.image" -}}
+{{- include "cooldownd.imageRef" (dict "image" .Values.image "defaultTag" .Chart.AppVersion) }}
+{{- end }}
+
+{{- define "cooldownd.redis.image" -}}
+{{- include "cooldownd.imageRef" (dict "image" .Values.redis.bundled.image "defaultTag" "") }}
+{{- end }}
+
+{{- define "cooldownd.test.image" -}}
+{{- include "cooldownd.imageRef" (dict "image" .Values.testFramework.image "defaultTag" "") }}
+{{- end }}
+
+{{/*
+Names of the bundled Redis resources.
+*/}}
+{{- define "cooldownd.redis.fullname" -}}
+{{- include "cooldownd.componentName" (list . "redis") }}
+{{- end }}
+
+{{- define "cooldownd.redis.headlessName" -}}
+{{- include "cooldownd.componentName" (list . "redis-headless") }}
+{{- end }}
+
+{{/*
+The chart's own Secret (tokens and salt) is rendered when one of them comes from values.
+*/}}
+{{- define "cooldownd.chartSecretTokens" -}}
+{{- if and (not .Values.auth.insecureNoAuth) (not .Values.auth.existingSecret) (or .Values.auth.tokens .Values.auth.generateAdminToken) }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether the chart generates the admin token: auth on and no tokens given.
+*/}}
+{{- define "cooldownd.generateToken" -}}
+{{- if and (not .Values.auth.insecureNoAuth) (not .Values.auth.existingSecret) (not .Values.auth.tokens) .Values.auth.generateAdminToken }}true{{ end }}
+{{- end }}
+
+{{- define "cooldownd.chartSecretSalt" -}}
+{{- if and (not .Values.salt.existingSecret) .Values.salt.value }}true{{ end }}
+{{- end }}
+
+{{- define "cooldownd.tokensEnabled" -}}
+{{- if and (not .Values.auth.insecureNoAuth) (or .Values.auth.existingSecret .Values.auth.tokens .Values.auth.generateAdminToken) }}true{{ end }}
+{{- end }}
+
+{{- define "cooldownd.saltEnabled" -}}
+{{- if or .Values.salt.existingSecret .Values.salt.value }}true{{ end }}
+{{- end }}
+
+{{- define "cooldownd.tokensSecretName" -}}
+{{- default (include "cooldownd.fullname" .) .Values.auth.existingSecret }}
+{{- end }}
+
+{{- define "cooldownd.tokensSecretKey" -}}
+{{- if .Values.auth.existingSecret }}{{ .Values.auth.existingSecretTokensKey }}{{ else }}tokens.yaml{{ end }}
+{{- end }}
+
+{{- define "cooldownd.saltSecretName" -}}
+{{- default (include "cooldownd.fullname" .) .Values.salt.existingSecret }}
+{{- end }}
+
+{{- define "cooldownd.saltSecretKey" -}}
+{{- if .Values.salt.existingSecret }}{{ .Values.salt.existingSecretKey }}{{ else }}salt{{ end }}
+{{- end }}
+
+{{/*
+The Redis password Secret cooldownd mounts, if any: the bundled Redis's (existing or generated)
+or the external Redis's existingSecret.
+*/}}
+{{- define "cooldownd.redisPasswordSecretName" -}}
+{{- if .Values.redis.bundled.enabled }}
+{{- default (include "cooldownd.redis.fullname" .) .Values.redis.bundled.auth.existingSecret }}
+{{- else if .Values.redis.external.enabled }}
+{{- .Values.redis.external.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{- define "cooldownd.redisPasswordSecretKey" -}}
+{{- if .Values.redis.bundled.enabled }}
+{{- if .Values.redis.bundled.auth.existingSecret }}{{ .Values.redis.bundled.auth.existingSecretPasswordKey }}{{ else }}redis-password{{ end }}
+{{- else }}
+{{- .Values.redis.external.existingSecretPasswordKey }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether cooldownd talks to Redis over TLS (external Redis only).
+*/}}
+{{- define "cooldownd.redisTLS" -}}
+{{- if and .Values.redis.external.enabled (or .Values.redis.external.tls.enabled (hasPrefix "rediss://" .Values.redis.external.url)) }}true{{ end }}
+{{- end }}
+
+{{/*
+Scheme of cooldownd's own port.
+*/}}
+{{- define "cooldownd.scheme" -}}
+{{- if .Values.tls.enabled }}https{{ else }}http{{ end }}
+{{- end }}
+
+{{/*
+In-cluster URL of the cooldownd Service.
+*/}}
+{{- define "cooldownd.url" -}}
+{{- printf "%s://%s.%s.svc.%s:%d" (include "cooldownd.scheme" .) (include "cooldownd.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.service.port) }}
+{{- end }}
+
+{{/*
+Validate the values and fail once with every problem found. Rendered by deployment.yaml and
+NOTES.txt. Each message names the values to change.
+*/}}
+{{- define "cooldownd.validateValues" -}}
+{{- $msgs := list }}
+{{- $r := .Values.redis }}
+{{- $ext := $r.external }}
+{{- if and $r.bundled.enabled $ext.enabled }}
+{{- $msgs = append $msgs "redis: redis.bundled.enabled and redis.external.enabled are both true; enable exactly one (bundled for a trial, external for production)" }}
+{{- end }}
+{{- if and (not $r.bundled.enabled) (not $ext.enabled) }}
+{{- $msgs = append $msgs "redis: enable redis.bundled (a trial Redis in the release) or redis.external (your Redis); replicas must share one Redis" }}
+{{- end }}
+{{- if $ext.enabled }}
+{{- if not (has $ext.mode (list "single" "sentinel" "cluster")) }}
+{{- $msgs = append $msgs (printf "redis: redis.external.mode must be single, sentinel or cluster, got %q" (toString $ext.mode)) }}
+{{- end }}
+{{- if eq $ext.mode "single" }}
+{{- if and $ext.url $ext.addrs }}
+{{- $msgs = append $msgs "redis: redis.external.mode=single takes redis.external.url or redis.external.addrs, not both" }}
+{{- else if and (not $ext.url) (not $ext.addrs) }}
+{{- $msgs = append $msgs "redis: redis.external.mode=single needs redis.external.url (redis://host:6379/0) or redis.external.addrs (one host:port)" }}
+{{- else if gt (len $ext.addrs) 1 }}
+{{- $msgs = append $msgs "redis: redis.external.mode=single takes one address in redis.external.addrs; use mode=sentinel or mode=cluster for several" }}
+{{- end }}
+{{- if and $ext.url (not (regexMatch "^rediss?://" $ext.url)) }}
+{{- $msgs = append $msgs "redis: redis.external.url must start with redis:// or rediss://" }}
+{{- end }}
+{{- if regexMatch "^rediss?://[^/@]*:[^/@]*@" $ext.url }}
+{{- $msgs = append $msgs "redis: redis.external.url must not contain a password; put it in the Secret named by redis.external.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- if and (has $ext.mode (list "sentinel" "cluster")) $ext.url }}
+{{- $msgs = append $msgs (printf "redis: redis.external.url is for mode=single; with mode=%s list the nodes in redis.external.addrs" $ext.mode) }}
+{{- end }}
+{{- if and (eq $ext.mode "sentinel") (not $ext.addrs) }}
+{{- $msgs = append $msgs "redis: redis.external.mode=sentinel needs redis.external.addrs (the sentinels, host:26379)" }}
+{{- end }}
+{{- if and (eq $ext.mode "sentinel") (not $ext.masterName) }}
+{{- $msgs = append $msgs "redis: redis.external.mode=sentinel needs redis.external.masterName" }}
+{{- end }}
+{{- if and (eq $ext.mode "cluster") (not $ext.addrs) }}
+{{- $msgs = append $msgs "redis: redis.external.mode=cluster needs redis.external.addrs (some cluster nodes, host:6379)" }}
+{{- end }}
+{{- if and (eq $ext.mode "cluster") (ne (int $ext.db) 0) }}
+{{- $msgs = append $msgs "redis: redis.external.db must be 0 with mode=cluster (Redis Cluster has one database)" }}
+{{- end }}
+{{- if and (ne $ext.mode "sentinel") $ext.masterName }}
+{{- $msgs = append $msgs "redis: redis.external.masterName is only for mode=sentinel" }}
+{{- end }}
+{{- range $ext.addrs }}
+{{- if not (regexMatch "^(\\[[0-9a-fA-F:.]+\\]|[A-Za-z0-9.-]+):[0-9]{1,5}$" (toString .)) }}
+{{- $msgs = append $msgs (printf "redis: redis.external.addrs entry %q is not host:port" (toString .)) }}
+{{- end }}
+{{- end }}
+{{- if and $ext.tls.existingCASecret (not $ext.tls.enabled) }}
+{{- $msgs = append $msgs "redis: redis.external.tls.existingCASecret needs redis.external.tls.enabled=true" }}
+{{- end }}
+{{- end }}
+{{- $auth := .Values.auth }}
+{{- if $auth.insecureNoAuth }}
+{{- if or $auth.tokens $auth.existingSecret }}
+{{- $msgs = append $msgs "auth: auth.insecureNoAuth=true contradicts auth.tokens / auth.existingSecret; remove one" }}
+{{- end }}
+{{- else if and (not $auth.tokens) (not $auth.existingSecret) (not $auth.generateAdminToken) }}
+{{- $msgs = append $msgs "auth: give bearer tokens in auth.existingSecret (a Secret with tokens.yaml) or auth.tokens, set auth.generateAdminToken=true, or set auth.insecureNoAuth=true to serve without authentication" }}
+{{- end }}
+{{- if and $auth.tokens (not $auth.existingSecret) (not $auth.insecureNoAuth) }}
+{{- range $i, $t := $auth.tokens }}
+{{- if not $t.name }}
+{{- $msgs = append $msgs (printf "auth: auth.tokens[%d].name is required" $i) }}
+{{- end }}
+{{- if not (regexMatch "^[a-z0-9_-]{1,64}$" (toString (default "" $t.tenant))) }}
+{{- $msgs = append $msgs (printf "auth: auth.tokens[%d].tenant must match [a-z0-9_-]{1,64}" $i) }}
+{{- end }}
+{{- if not (has (toString (default "" $t.role)) (list "client" "viewer" "admin")) }}
+{{- $msgs = append $msgs (printf "auth: auth.tokens[%d].role must be client, viewer or admin" $i) }}
+{{- end }}
+{{- if and $t.token $t.sha256 }}
+{{- $msgs = append $msgs (printf "auth: auth.tokens[%d]: give token or sha256, not both" $i) }}
+{{- else if and (not $t.token) (not $t.sha256) }}
+{{- $msgs = append $msgs (printf "auth: auth.tokens[%d]: token or sha256 is required" $i) }}
+{{- else if and $t.token (lt (len (toString $t.token)) 16) }}
+{{- $msgs = append $msgs (printf "auth: auth.tokens[%d].token must be at least 16 bytes" $i) }}
+{{- else if and $t.sha256 (not (regexMatch "^[0-9a-fA-F]{64}$" (toString $t.sha256))) }}
+{{- $msgs = append $msgs (printf "auth: auth.tokens[%d].sha256 must be 64 hex characters" $i) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and .Values.salt.value (not .Values.salt.existingSecret) }}
+{{- $n := len (toString .Values.salt.value) }}
+{{- if or (lt $n 16) (gt $n 1024) }}
+{{- $msgs = append $msgs (printf "salt: salt.value must be 16 to 1024 bytes, got %d" $n) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
+{{- $msgs = append $msgs "tls: tls.enabled=true needs tls.existingSecret (a kubernetes.io/tls Secret)" }}
+{{- end }}
+{{- $pdb := .Values.podDisruptionBudget }}
+{{- if and $pdb.enabled (kindIs "invalid" $pdb.minAvailable) (kindIs "invalid" $pdb.maxUnavailable) }}
+{{- $msgs = append $msgs "podDisruptionBudget: set podDisruptionBudget.minAvailable or podDisruptionBudget.maxUnavailable (or disable it)" }}
+{{- end }}
+{{- $hpa := .Values.autoscaling }}
+{{- if $hpa.enabled }}
+{{- if gt (int $hpa.minReplicas) (int $hpa.maxReplicas) }}
+{{- $msgs = append $msgs (printf "autoscaling: autoscaling.minReplicas (%d) is above autoscaling.maxReplicas (%d)" (int $hpa.minReplicas) (int $hpa.maxReplicas)) }}
+{{- end }}
+{{- if and (kindIs "invalid" $hpa.targetCPUUtilizationPercentage) (kindIs "invalid" $hpa.targetMemoryUtilizationPercentage) }}
+{{- $msgs = append $msgs "autoscaling: set autoscaling.targetCPUUtilizationPercentage or autoscaling.targetMemoryUtilizationPercentage" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
+{{- $msgs = append $msgs "ingress: ingress.enabled=true needs ingress.hosts" }}
+{{- end }}
+{{- if and .Values.networkPolicy.enabled .Values.networkPolicy.egress.enabled $ext.enabled (not .Values.networkPolicy.egress.extraEgress) }}
+{{- $msgs = append $msgs "networkPolicy: networkPolicy.egress.enabled with redis.external needs networkPolicy.egress.extraEgress to allow your Redis" }}
+{{- end }}
+{{- if $msgs }}
+{{- printf "\n\nVALUES VALIDATION:\n  - %s\n" (join "\n  - " $msgs) | fail }}
+{{- end }}
+{{- end }}
+
+{{/*
+Projected-volume sources of the files cooldownd reads from Secrets (empty when none).
+*/}}
+{{- define "cooldownd.secretSources" -}}
+{{- $ext := .Values.redis.external }}
+{{- $redisPasswordSecret := include "cooldownd.redisPasswordSecretName" . }}
+{{- if include "cooldownd.tokensEnabled" . }}
+- secret:
+    name: {{ include "cooldownd.tokensSecretName" . }}
+    items:
+      - key: {{ include "cooldownd.tokensSecretKey" . }}
+        path: tokens.yaml
+{{- end }}
+{{- if $redisPasswordSecret }}
+- secret:
+    name: {{ $redisPasswordSecret }}
+    items:
+      - key: {{ include "cooldownd.redisPasswordSecretKey" . }}
+        path: redis-password
+{{- end }}
+{{- if and $ext.enabled $ext.tls.existingCASecret }}
+- secret:
+    name: {{ $ext.tls.existingCASecret }}
+    items:
+      - key: {{ $ext.tls.caKey }}
+        path: redis-ca.crt
+{{- end }}
+{{- if .Values.tls.enabled }}
+- secret:
+    name: {{ .Values.tls.existingSecret }}
+    items:
+      - key: tls.crt
+        path: tls/tls.crt
+      - key: tls.key
+        path: tls/tls.key
+{{- end }}
+{{- end }}
