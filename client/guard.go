@@ -135,7 +135,7 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 // attempt makes one call and classifies it. A non-2xx response's body is
 // read (bounded) and put back, so that the caller can still read it.
 func (c *Client) attempt(ctx context.Context, adm Admission, n int, call attemptFunc) (*http.Response, Classification, error) {
-	resp, err := call(ctx, adm.Conn, n)
+	resp, err := call(context.WithValue(ctx, admissionKey{}, adm), adm.Conn, n)
 	if resp == nil && err == nil {
 		err = ErrNoResponse
 	}
@@ -146,6 +146,21 @@ func (c *Client) attempt(ctx context.Context, adm Admission, n int, call attempt
 		resp.ContentLength = int64(len(body))
 	}
 	return resp, Classify(c.cfg.rules, resp, body, err, ctx.Err()), err
+}
+
+// admissionKey is the context key of the admission a guarded attempt runs
+// under.
+type admissionKey struct{}
+
+// AdmissionFrom returns the admission under which a guarded call runs:
+// [Client.Do] and [Client.DoFallback] put it in the context they pass to
+// each attempt of call. With it a call can tell a recovery probe
+// ([DecisionAllowProbe]) from an ordinary call, for example to keep a long
+// probe's lease with [Client.ExtendLease] or to tag the request. ok is
+// false for a context that does not come from a guard.
+func AdmissionFrom(ctx context.Context) (a Admission, ok bool) {
+	a, ok = ctx.Value(admissionKey{}).(Admission)
+	return a, ok
 }
 
 // providerFault reports whether an outcome is the provider's (or the

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"log"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -85,8 +85,11 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	for _, f := range opts {
 		f(&o)
 	}
-	m, rdb := redistest.Mini(t)
+	m, _ := redistest.Mini(t)
 	m.SetTime(t0)
+	// One dial attempt per command: the unavailable-store tests stay fast.
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), DialerRetries: 1, MaxRetries: 1})
+	t.Cleanup(func() { _ = rdb.Close() })
 	p := fastPolicy()
 	st, err := store.New(rdb, store.Options{Policy: &p, IdleTTL: o.idleTTL})
 	require.NoError(t, err)

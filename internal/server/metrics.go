@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -11,18 +14,47 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// Bounds of the connections-by-state gauge, which lists connections on
+// scrape: it keeps Redis load and label cardinality bounded.
+const (
+	// maxMetricTenants is how many tenants the gauge follows (the first
+	// ones this replica served).
+	maxMetricTenants = 100
+	// maxMetricConnections is how many connections one scrape counts, over
+	// all tenants; a tenant cut short reports truncated=1.
+	maxMetricConnections = 20000
+	// connScrapeTimeout bounds the Redis reads of one scrape.
+	connScrapeTimeout = 3 * time.Second
+	// connScrapeTTL reuses one listing for scrapes that come close together
+	// (several Prometheus servers, or a manual curl).
+	connScrapeTTL = 10 * time.Second
 )
 
 // Metrics are the server's Prometheus metrics, on a registry of its own
 // (so several servers in one test process do not collide). No label
 // carries a connection id: cardinality stays bounded.
 type Metrics struct {
-	reg     *prometheus.Registry
-	admits  *prometheus.CounterVec
-	reports *prometheus.CounterVec
-	rpc     *prometheus.HistogramVec
+	reg         *prometheus.Registry
+	admits      *prometheus.CounterVec
+	reports     *prometheus.CounterVec
+	rpc         *prometheus.HistogramVec
+	transitions *prometheus.CounterVec
+	probes      prometheus.Counter
+	overrides   *prometheus.CounterVec
+	watchers    prometheus.Gauge
+	redis       *prometheus.HistogramVec
+	listErrors  prometheus.Counter
+
+	mu       sync.Mutex
+	tenants  map[string]struct{}
+	tenantsV int // bumped when a tenant is added
+	attached bool
 }
 
 func newMetrics() *Metrics {
@@ -38,8 +70,31 @@ func newMetrics() *Metrics {
 			Name: "cooldownd_rpc_duration_seconds", Help: "RPC latency by procedure and Connect code.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}, []string{"procedure", "code"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cooldownd_transitions_total",
+			Help: "State changes this replica applied, by new state and cause. Reports that changed the state and admin " +
+				"overrides count; moves to half-open that Admit applies when an open period ends are not counted here " +
+				"(see cooldownd_probes_granted_total).",
+		}, []string{"to", "cause"}),
+		probes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cooldownd_probes_granted_total", Help: "Probe leases granted (Admit decisions ALLOW_PROBE).",
+		}),
+		overrides: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cooldownd_overrides_total", Help: "Admin overrides by action (reset, force_open, force_closed, clear).",
+		}, []string{"action"}),
+		watchers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cooldownd_watch_streams", Help: "WatchConnections streams open on this replica (dashboards, cooldownctl watch).",
+		}),
+		redis: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "cooldownd_redis_duration_seconds", Help: "Redis round-trip latency by command, as reported to Server.ObserveRedis.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}, []string{"op"}),
+		listErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cooldownd_connections_scrape_errors_total", Help: "Failed or timed-out listings behind cooldownd_connections.",
+		}),
+		tenants: map[string]struct{}{},
 	}
-	m.reg.MustRegister(m.admits, m.reports, m.rpc,
+	m.reg.MustRegister(m.admits, m.reports, m.rpc, m.transitions, m.probes, m.overrides, m.watchers, m.redis, m.listErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	return m
 }
@@ -69,23 +124,279 @@ func (m *Metrics) report(o breaker.Outcome, accepted bool) {
 	m.reports.WithLabelValues(outcomeNames[o], a).Inc()
 }
 
-func (m *Metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+// redisOps are the op label values of cooldownd_redis_duration_seconds;
+// anything else is "other", so a caller cannot grow the label set.
+var redisOps = map[string]bool{
+	"evalsha": true, "eval": true, "script": true, "pipeline": true, "ping": true, "zadd": true, "zrem": true,
+	"zrangebylex": true, "zcard": true, "subscribe": true, "publish": true, "get": true, "set": true, "del": true,
+}
 
-// interceptor times every unary RPC.
-func (m *Metrics) interceptor() connect.Interceptor {
-	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			start := time.Now()
-			res, err := next(ctx, req)
-			code := "ok"
-			var ce *connect.Error
-			if errors.As(err, &ce) {
-				code = ce.Code().String()
-			} else if err != nil {
-				code = connect.CodeUnknown.String()
-			}
-			m.rpc.WithLabelValues(req.Spec().Procedure, code).Observe(time.Since(start).Seconds())
-			return res, err
+// ObserveRedis records one Redis round trip of op (a command name such as
+// "evalsha", or "pipeline") that took d, for the Redis latency histogram.
+// Wire it to the Redis client's hook; unknown ops count as "other".
+func (s *Server) ObserveRedis(op string, d time.Duration) {
+	op = strings.ToLower(op)
+	if !redisOps[op] {
+		op = "other"
+	}
+	s.metrics.redis.WithLabelValues(op).Observe(d.Seconds())
+}
+
+// metricsHandler serves /metrics. The first call registers the
+// connections-by-state collector, which needs the store.
+func (s *Server) metricsHandler() http.Handler {
+	m := s.metrics
+	m.mu.Lock()
+	if !m.attached {
+		m.attached = true
+		m.reg.MustRegister(newConnCollector(s))
+	}
+	m.mu.Unlock()
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// noteTenant remembers a tenant for the connections gauge, up to
+// maxMetricTenants.
+func (m *Metrics) noteTenant(tenant string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.tenants[tenant]; !ok && len(m.tenants) < maxMetricTenants {
+		m.tenants[tenant] = struct{}{}
+		m.tenantsV++
+	}
+}
+
+// knownTenants returns the tenants noted so far and a version that changes
+// when one is added.
+func (m *Metrics) knownTenants() ([]string, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]string, 0, len(m.tenants))
+	for t := range m.tenants {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out, m.tenantsV
+}
+
+// tenantOf returns the tenant of a request that the handler accepted. It
+// authenticates again (a hash and constant-time compares, next to a Redis
+// round trip) because handlers do not hand the identity out.
+func (s *Server) tenantOf(h http.Header) (string, bool) {
+	if s.auth == nil {
+		return keys.DefaultTenant, true
+	}
+	const scheme = "bearer "
+	hv := h.Get("Authorization")
+	if len(hv) <= len(scheme) || !strings.EqualFold(hv[:len(scheme)], scheme) {
+		return "", false
+	}
+	who, ok := s.auth.Authenticate(strings.TrimSpace(hv[len(scheme):]))
+	return who.Tenant, ok
+}
+
+// metricsInterceptor times unary RPCs, counts what their answers say
+// (transitions, probes, overrides), learns tenants for the connections
+// gauge, and counts open watch streams.
+func (s *Server) metricsInterceptor() connect.Interceptor { return metricsInterceptor{s} }
+
+type metricsInterceptor struct{ s *Server }
+
+func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	m := i.s.metrics
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		start := time.Now()
+		res, err := next(ctx, req)
+		code := "ok"
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			code = ce.Code().String()
+		} else if err != nil {
+			code = connect.CodeUnknown.String()
 		}
-	})
+		m.rpc.WithLabelValues(req.Spec().Procedure, code).Observe(time.Since(start).Seconds())
+		if err == nil && res != nil {
+			m.count(req.Any(), res.Any())
+			if t, ok := i.s.tenantOf(req.Header()); ok {
+				m.noteTenant(t)
+			}
+		}
+		return res, err
+	}
+}
+
+func (i metricsInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	m := i.s.metrics
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		m.watchers.Inc()
+		defer m.watchers.Dec()
+		if t, ok := i.s.tenantOf(conn.RequestHeader()); ok {
+			m.noteTenant(t)
+		}
+		return next(ctx, conn)
+	}
+}
+
+// count updates the counters that an RPC's answer implies.
+func (m *Metrics) count(req, res any) {
+	switch r := res.(type) {
+	case *cooldownv1.AdmitResponse:
+		for _, c := range r.GetCandidates() {
+			if c.GetDecision() == cooldownv1.Decision_DECISION_ALLOW_PROBE {
+				m.probes.Inc()
+			}
+		}
+	case *cooldownv1.ReportResponse:
+		if r.GetChanged() {
+			rq, _ := req.(*cooldownv1.ReportRequest)
+			to := breaker.Phase(r.GetState())
+			m.transitions.WithLabelValues(to.String(), reportCause(breaker.Outcome(rq.GetOutcome()), to).String()).Inc()
+		}
+	case *cooldownv1.ResetConnectionResponse:
+		m.overrides.WithLabelValues("reset").Inc()
+		m.transitions.WithLabelValues(breaker.Closed.String(), breaker.CauseReset.String()).Inc()
+	case *cooldownv1.ForceConnectionResponse:
+		rq, _ := req.(*cooldownv1.ForceConnectionRequest)
+		switch rq.GetOverride() {
+		case cooldownv1.Override_OVERRIDE_FORCED_OPEN:
+			m.overrides.WithLabelValues("force_open").Inc()
+			m.transitions.WithLabelValues(breaker.Open.String(), breaker.CauseForced.String()).Inc()
+		case cooldownv1.Override_OVERRIDE_FORCED_CLOSED:
+			m.overrides.WithLabelValues("force_closed").Inc()
+			m.transitions.WithLabelValues(breaker.Closed.String(), breaker.CauseForced.String()).Inc()
+		default:
+			m.overrides.WithLabelValues("clear").Inc()
+			m.transitions.WithLabelValues(breaker.Closed.String(), breaker.CauseReset.String()).Inc()
+		}
+	}
+}
+
+// reportCause is the cause of a state change that a report with outcome o
+// made, judged from the new state: the report answer does not carry it.
+func reportCause(o breaker.Outcome, to breaker.Phase) breaker.Cause {
+	switch to {
+	case breaker.Closed:
+		return breaker.CauseProbeSuccess
+	case breaker.HalfOpen:
+		return breaker.CauseOpenExpired
+	}
+	switch o {
+	case breaker.OutcomeRateLimited:
+		return breaker.CauseRateLimit
+	case breaker.OutcomeOverloaded:
+		return breaker.CauseOverload
+	case breaker.OutcomeQuotaExhausted:
+		return breaker.CauseQuota
+	case breaker.OutcomeAuthFailure:
+		return breaker.CauseAuth
+	case breaker.OutcomeTransientFailure:
+		return breaker.CauseBreaker
+	}
+	// A success or client error that opens carries a Retry-After hint.
+	return breaker.CauseRateLimit
+}
+
+// connCollector exports cooldownd_connections{tenant,state} and
+// cooldownd_connections_open{tenant,cause} by listing the connections of
+// the tenants this replica has served, at most every connScrapeTTL.
+type connCollector struct {
+	s         *Server
+	byState   *prometheus.Desc
+	byCause   *prometheus.Desc
+	truncated *prometheus.Desc
+
+	mu     sync.Mutex
+	at     time.Time
+	v      int // the tenants version of cached
+	cached []prometheus.Metric
+}
+
+func newConnCollector(s *Server) *connCollector {
+	return &connCollector{
+		s: s,
+		byState: prometheus.NewDesc("cooldownd_connections",
+			"Connections by state, per tenant this replica has served (listed on scrape, cached up to 10 s).", []string{"tenant", "state"}, nil),
+		byCause: prometheus.NewDesc("cooldownd_connections_open",
+			"Open connections by cause, per tenant.", []string{"tenant", "cause"}, nil),
+		truncated: prometheus.NewDesc("cooldownd_connections_truncated",
+			"1 when the tenant's listing stopped at the per-scrape cap, so cooldownd_connections undercounts.", []string{"tenant"}, nil),
+	}
+}
+
+func (c *connCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.byState
+	ch <- c.byCause
+	ch <- c.truncated
+}
+
+func (c *connCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	tenants, v := c.s.metrics.knownTenants()
+	if c.cached == nil || v != c.v || time.Since(c.at) >= connScrapeTTL {
+		c.cached = c.list(tenants)
+		c.at, c.v = time.Now(), v
+	}
+	for _, m := range c.cached {
+		ch <- m
+	}
+}
+
+func (c *connCollector) list(tenants []string) []prometheus.Metric {
+	ctx, cancel := context.WithTimeout(context.Background(), connScrapeTimeout)
+	defer cancel()
+	out := []prometheus.Metric{}
+	budget := maxMetricConnections
+	svc := cooldownService{c.s}
+	for _, tenant := range tenants {
+		states := map[breaker.Phase]int{breaker.Closed: 0, breaker.Open: 0, breaker.HalfOpen: 0}
+		causes := map[breaker.Cause]int{}
+		after, truncated, failed := "", false, false
+		for {
+			if budget <= 0 {
+				truncated = true
+				break
+			}
+			snaps, more, err := svc.listPage(ctx, tenant, after, min(MaxPageSize, budget))
+			if err != nil {
+				failed = true
+				break
+			}
+			for _, sn := range snaps {
+				ph := sn.State.Phase
+				if ph == 0 {
+					ph = breaker.Closed
+				}
+				states[ph]++
+				if ph == breaker.Open {
+					causes[sn.State.Cause]++
+				}
+			}
+			budget -= len(snaps)
+			if !more || len(snaps) == 0 {
+				break
+			}
+			after = snaps[len(snaps)-1].ID.String()
+		}
+		if failed {
+			c.s.metrics.listErrors.Inc()
+			continue
+		}
+		for ph, n := range states {
+			out = append(out, prometheus.MustNewConstMetric(c.byState, prometheus.GaugeValue, float64(n), tenant, ph.String()))
+		}
+		for cause, n := range causes {
+			out = append(out, prometheus.MustNewConstMetric(c.byCause, prometheus.GaugeValue, float64(n), tenant, cause.String()))
+		}
+		t := 0.0
+		if truncated {
+			t = 1
+		}
+		out = append(out, prometheus.MustNewConstMetric(c.truncated, prometheus.GaugeValue, t, tenant))
+	}
+	return out
 }

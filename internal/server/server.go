@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/dashboard"
 	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
@@ -91,23 +92,41 @@ func New(o Options) (*Server, error) {
 // them.
 func (s *Server) Close() { s.closeOnce.Do(func() { close(s.closing) }) }
 
-// Handler mounts the Connect services, gRPC health and reflection and
-// /metrics on one handler.
+// Handler mounts the Connect services, gRPC health and reflection,
+// /metrics and the dashboard (at / and /ui/) on one handler.
 func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(MaxRequestBytes),
-		connect.WithInterceptors(s.metrics.interceptor()),
+		connect.WithInterceptors(s.metricsInterceptor()),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cooldownv1connect.NewCooldownServiceHandler(cooldownService{s}, opts...))
 	mux.Handle(cooldownv1connect.NewAdminServiceHandler(adminService{s}, opts...))
 	checker := &healthChecker{store: s.store}
 	mux.Handle(grpchealth.NewHandler(checker))
-	services := []string{cooldownv1connect.CooldownServiceName, cooldownv1connect.AdminServiceName}
+	services := []string{cooldownv1connect.CooldownServiceName, cooldownv1connect.AdminServiceName, grpchealth.HealthV1ServiceName}
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.Handle("/metrics", s.metrics.handler())
+	mux.Handle("/metrics", s.metricsHandler())
+	dash, err := dashboard.New(dashboard.Options{AuthEnabled: s.auth != nil, Identify: func(h http.Header) (dashboard.Identity, error) {
+		who, err := s.Identify(h)
+		role := dashboard.RoleViewer
+		if who.Role == RoleAdmin {
+			role = dashboard.RoleAdmin
+		}
+		return dashboard.Identity{Tenant: who.Tenant, Role: role, Name: who.Name}, err
+	}})
+	if err != nil {
+		// Only a broken build (the embedded files) gets here.
+		s.log.Error("dashboard disabled", "err", err)
+	} else {
+		mux.Handle("GET /{$}", dash)
+		mux.Handle("/ui/", dash)
+	}
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
@@ -118,6 +137,15 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return mux
+}
+
+// Identify authenticates a request's bearer token for the dashboard and
+// returns the caller when its role may read connections (viewer or admin).
+// With auth off every caller is an admin of the default tenant. Its errors
+// are Connect errors: CodeUnauthenticated for a missing or unknown token,
+// CodePermissionDenied for a client token.
+func (s *Server) Identify(h http.Header) (Identity, error) {
+	return s.authorize(context.Background(), h, RoleViewer)
 }
 
 // authorize authenticates the request's bearer token and checks its role.
@@ -138,6 +166,10 @@ func (s *Server) authorize(_ context.Context, h http.Header, want Role) (Identit
 	who, ok := s.auth.Authenticate(tok)
 	if !ok {
 		return Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown token"))
+	}
+	if keys.ValidateTenant(who.Tenant) != nil {
+		s.log.Error("authenticator returned an invalid tenant; refusing the request", "token_name", who.Name)
+		return Identity{}, connect.NewError(connect.CodeInternal, errors.New("misconfigured tenant"))
 	}
 	if !who.Role.allows(want) {
 		return Identity{}, connect.NewError(connect.CodePermissionDenied, errors.New("the token's role does not allow this call"))

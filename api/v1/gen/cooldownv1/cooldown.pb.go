@@ -1618,7 +1618,9 @@ func (x *WatchConnectionsRequest) GetSnapshot() bool {
 	return false
 }
 
-// WatchConnectionsResponse is one change.
+// WatchConnectionsResponse is one change. A message with no connection is a
+// heartbeat, sent when the stream has been idle (every 15 s by default) so
+// that proxies keep it open; skip it.
 type WatchConnectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The connection's state after the change.

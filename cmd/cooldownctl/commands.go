@@ -1,0 +1,531 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/keys"
+)
+
+// listPageSize is the page size list asks for (the server's maximum).
+const listPageSize = 500
+
+func cmdList(ctx context.Context, e *env, args []string) error {
+	var fs flag.FlagSet
+	state := fs.String("state", "", "only connections in this state: closed, open or half-open")
+	limit := fs.Int("limit", 0, "list at most this many connections (0: all)")
+	pos, err := e.parse("list", &fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("list takes no arguments, got %q", pos)
+	}
+	want := cooldownv1.State_STATE_UNSPECIFIED
+	if *state != "" {
+		if want = parseState(*state); want == cooldownv1.State_STATE_UNSPECIFIED {
+			return usagef("--state must be closed, open or half-open, got %q", *state)
+		}
+	}
+	all, err := e.listAll(ctx)
+	if err != nil {
+		return err
+	}
+	var conns []*cooldownv1.ConnectionState
+	for _, c := range all {
+		if want == cooldownv1.State_STATE_UNSPECIFIED || c.GetState() == want {
+			conns = append(conns, c)
+		}
+	}
+	if *limit > 0 && len(conns) > *limit {
+		conns = conns[:*limit]
+	}
+	if e.g.output == "json" {
+		return e.printJSON(&cooldownv1.ListConnectionsResponse{Connections: conns})
+	}
+	if len(conns) == 0 {
+		fmt.Fprintln(e.stdout, "No connections.")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tLABEL\tSTATE\tCAUSE\tLEFT\tPROBES\tOK/FAIL\tLAST\tREV\tCHANGED")
+	now := time.Now()
+	for _, c := range conns {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%s\n",
+			shortID(c.GetConnection().GetId()), orDash(c.GetConnection().GetLabel()), stateText(c), openCause(c), left(c),
+			probes(c, now), c.GetRecentSuccesses(), c.GetRecentFailures(), lastReport(c), c.GetRevision(), ago(c.GetChangedAt(), now))
+	}
+	return tw.Flush()
+}
+
+func cmdGet(ctx context.Context, e *env, args []string) error {
+	var fs flag.FlagSet
+	history := fs.Uint("history", 20, "recent transitions to show (at most 50)")
+	pos, err := e.parse("get", &fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("get takes one connection id")
+	}
+	if *history > 50 {
+		return usagef("--history must be at most 50")
+	}
+	id, err := e.resolveID(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	res, err := e.api.GetConnection(cctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id, HistoryLimit: uint32(*history)}))
+	if err != nil {
+		return explain(err)
+	}
+	if e.g.output == "json" {
+		return e.printJSON(res.Msg)
+	}
+	e.printState(res.Msg.GetConnection())
+	if *history == 0 {
+		return nil
+	}
+	fmt.Fprintln(e.stdout)
+	if len(res.Msg.GetHistory()) == 0 {
+		fmt.Fprintln(e.stdout, "No transitions recorded.")
+		return nil
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tFROM\tTO\tCAUSE\tREV\tACTOR\tREASON")
+	for _, t := range res.Msg.GetHistory() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(t.GetTime()), enumText(t.GetFrom().String(), "STATE_"),
+			enumText(t.GetTo().String(), "STATE_"), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision(),
+			orDash(t.GetActor()), orDash(t.GetReason()))
+	}
+	return tw.Flush()
+}
+
+func cmdWatch(ctx context.Context, e *env, args []string) error {
+	var fs flag.FlagSet
+	snapshot := fs.Bool("snapshot", true, "print every current connection first")
+	pos, err := e.parse("watch", &fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("watch takes no arguments, got %q", pos)
+	}
+	backoff := time.Second
+	for {
+		started := time.Now()
+		stream, err := e.api.WatchConnections(ctx, connect.NewRequest(&cooldownv1.WatchConnectionsRequest{Snapshot: *snapshot}))
+		if err == nil {
+			for stream.Receive() {
+				if err := e.printEvent(stream.Msg()); err != nil {
+					_ = stream.Close()
+					return err
+				}
+			}
+			err = stream.Err()
+			_ = stream.Close()
+		}
+		if ctx.Err() != nil {
+			return nil // Ctrl-C
+		}
+		switch connect.CodeOf(err) {
+		case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument, connect.CodeUnimplemented:
+			return explain(err)
+		}
+		if time.Since(started) > time.Minute {
+			backoff = time.Second
+		}
+		reason := "the server ended the stream"
+		if err != nil {
+			reason = explain(err).Error()
+		}
+		fmt.Fprintf(e.stderr, "cooldownctl: watch: %s; reconnecting in %v\n", reason, backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+// printEvent prints one watch message; heartbeats (empty messages) print
+// nothing.
+func (e *env) printEvent(m *cooldownv1.WatchConnectionsResponse) error {
+	c := m.GetConnection()
+	if c == nil {
+		return nil
+	}
+	if e.g.output == "json" {
+		b, err := protojson.Marshal(m)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		return err
+	}
+	label := orDash(c.GetConnection().GetLabel())
+	if t := m.GetTransition(); t != nil {
+		line := fmt.Sprintf("%-24s  %-12s  %-28s  %-9s → %-9s  %-13s  rev %d", stamp(t.GetTime()), shortID(c.GetConnection().GetId()), label,
+			enumText(t.GetFrom().String(), "STATE_"), enumText(t.GetTo().String(), "STATE_"), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision())
+		if t.GetActor() != "" || t.GetReason() != "" {
+			line += "  " + strings.TrimPrefix(t.GetActor()+": "+t.GetReason(), ": ")
+		}
+		_, err := fmt.Fprintln(e.stdout, strings.TrimRight(line, " "))
+		return err
+	}
+	_, err := fmt.Fprintf(e.stdout, "%-24s  %-12s  %-28s  %-21s  %-13s  rev %d\n", "snapshot", shortID(c.GetConnection().GetId()), label,
+		stateText(c), openCause(c), c.GetRevision())
+	return err
+}
+
+func cmdReset(ctx context.Context, e *env, args []string) error {
+	var fs flag.FlagSet
+	reason := fs.String("reason", "", "why, for the audit trail (required)")
+	pos, err := e.parse("reset", &fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("reset takes one connection id")
+	}
+	if strings.TrimSpace(*reason) == "" {
+		return usagef("reset needs --reason (it goes in the audit trail)")
+	}
+	id, err := e.resolveID(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	res, err := e.admin.ResetConnection(cctx, connect.NewRequest(&cooldownv1.ResetConnectionRequest{Id: id, Reason: *reason}))
+	if err != nil {
+		return explain(err)
+	}
+	if e.g.output == "json" {
+		return e.printJSON(res.Msg)
+	}
+	c := res.Msg.GetConnection()
+	fmt.Fprintf(e.stdout, "Reset %s: now %s, revision %d.\n", name(c), stateText(c), c.GetRevision())
+	return nil
+}
+
+func cmdForce(ctx context.Context, e *env, args []string) error {
+	var fs flag.FlagSet
+	reason := fs.String("reason", "", "why, for the audit trail (required)")
+	dur := fs.Duration("for", 0, "how long the override lasts (0: until changed or cleared)")
+	pos, err := e.parse("force", &fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usagef("force takes a connection id and open, closed or clear")
+	}
+	var o cooldownv1.Override
+	switch pos[1] {
+	case "open":
+		o = cooldownv1.Override_OVERRIDE_FORCED_OPEN
+	case "closed", "close":
+		o = cooldownv1.Override_OVERRIDE_FORCED_CLOSED
+	case "clear":
+		o = cooldownv1.Override_OVERRIDE_UNSPECIFIED
+		if *dur != 0 {
+			return usagef("--for makes no sense with clear")
+		}
+	default:
+		return usagef("force wants open, closed or clear, got %q", pos[1])
+	}
+	if *dur < 0 {
+		return usagef("--for must not be negative")
+	}
+	if strings.TrimSpace(*reason) == "" {
+		return usagef("force needs --reason (it goes in the audit trail)")
+	}
+	id, err := e.resolveID(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	req := &cooldownv1.ForceConnectionRequest{Id: id, Override: o, Reason: *reason}
+	if *dur > 0 {
+		req.Duration = durationpb.New(*dur)
+	}
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	res, err := e.admin.ForceConnection(cctx, connect.NewRequest(req))
+	if err != nil {
+		return explain(err)
+	}
+	if e.g.output == "json" {
+		return e.printJSON(res.Msg)
+	}
+	c := res.Msg.GetConnection()
+	switch {
+	case o == cooldownv1.Override_OVERRIDE_UNSPECIFIED:
+		fmt.Fprintf(e.stdout, "Cleared the override of %s: now %s, revision %d.\n", name(c), stateText(c), c.GetRevision())
+	case *dur > 0:
+		fmt.Fprintf(e.stdout, "Forced %s %s for %v (until %s), revision %d.\n", name(c), pos[1], *dur, stamp(c.GetOverrideUntil()), c.GetRevision())
+	default:
+		fmt.Fprintf(e.stdout, "Forced %s %s until changed, revision %d.\n", name(c), pos[1], c.GetRevision())
+	}
+	return nil
+}
+
+// listAll pages through the tenant's connections.
+func (e *env) listAll(ctx context.Context) ([]*cooldownv1.ConnectionState, error) {
+	var out []*cooldownv1.ConnectionState
+	tok := ""
+	for {
+		cctx, cancel := e.callCtx(ctx)
+		res, err := e.api.ListConnections(cctx, connect.NewRequest(&cooldownv1.ListConnectionsRequest{PageSize: listPageSize, PageToken: tok}))
+		cancel()
+		if err != nil {
+			return nil, explain(err)
+		}
+		out = append(out, res.Msg.GetConnections()...)
+		if tok = res.Msg.GetNextPageToken(); tok == "" {
+			return out, nil
+		}
+	}
+}
+
+// resolveID turns 64 hex digits, or a unique prefix of at least 4, into a
+// connection id.
+func (e *env) resolveID(ctx context.Context, s string) ([]byte, error) {
+	s = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(s), "…"))
+	if len(s) == 2*len(keys.ID{}) {
+		id, err := keys.ParseID(s)
+		if err != nil {
+			return nil, usagef("%q is not a connection id (64 hex digits)", s)
+		}
+		return id.Bytes(), nil
+	}
+	if len(s) < 4 || len(s) > 64 || strings.Trim(s, "0123456789abcdef") != "" {
+		return nil, usagef("%q is not a connection id: give its 64 hex digits or a unique prefix of at least 4", s)
+	}
+	all, err := e.listAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var found [][]byte
+	for _, c := range all {
+		id := c.GetConnection().GetId()
+		if strings.HasPrefix(fmt.Sprintf("%x", id), s) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 0:
+		return nil, fmt.Errorf("no connection id starts with %s", s)
+	case 1:
+		return found[0], nil
+	}
+	return nil, fmt.Errorf("%d connection ids start with %s; give more digits", len(found), s)
+}
+
+func (e *env) printJSON(m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+	return err
+}
+
+// printState prints one connection's state as aligned fields.
+func (e *env) printState(c *cooldownv1.ConnectionState) {
+	now := time.Now()
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("ID", fmt.Sprintf("%x", c.GetConnection().GetId()))
+	row("Label", orDash(c.GetConnection().GetLabel()))
+	st := stateText(c)
+	if cause := enumText(c.GetCause().String(), "CAUSE_"); cause != "" {
+		if c.GetState() == cooldownv1.State_STATE_OPEN {
+			st += " (" + cause + ")"
+		} else {
+			st += " (last cause: " + cause + ")"
+		}
+	}
+	row("State", st)
+	if c.GetState() == cooldownv1.State_STATE_OPEN {
+		row("Left", left(c)+untilText(c.GetOpenUntil()))
+	}
+	row("Revision", fmt.Sprint(c.GetRevision()))
+	row("Probes", probes(c, now))
+	row("Since last change", fmt.Sprintf("%d successes, %d failures (%d consecutive), %d re-opens",
+		c.GetRecentSuccesses(), c.GetRecentFailures(), c.GetConsecutiveFailures(), c.GetReopens()))
+	last := lastReport(c)
+	if code := c.GetLastErrorCode(); code != "" {
+		last += " " + code
+	}
+	if c.GetUpdatedAt() != nil {
+		last += " at " + stamp(c.GetUpdatedAt())
+	}
+	row("Last report", last)
+	ov := "none"
+	if c.GetOverride() != cooldownv1.Override_OVERRIDE_UNSPECIFIED {
+		ov = enumText(c.GetOverride().String(), "OVERRIDE_")
+		if c.GetOverrideUntil() != nil {
+			ov += untilText(c.GetOverrideUntil())
+		} else {
+			ov += " until changed"
+		}
+	}
+	row("Override", ov)
+	ch := "-"
+	if c.GetChangedAt() != nil {
+		ch = stamp(c.GetChangedAt()) + " (" + ago(c.GetChangedAt(), now) + ")"
+	}
+	row("Last change", ch)
+	_ = tw.Flush()
+}
+
+// ---- formatting --------------------------------------------------------
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// enumText turns STATE_HALF_OPEN into half_open; UNSPECIFIED is "".
+func enumText(s, prefix string) string {
+	s = strings.ToLower(strings.TrimPrefix(s, prefix))
+	if s == "unspecified" {
+		return ""
+	}
+	return s
+}
+
+func parseState(s string) cooldownv1.State {
+	switch strings.ReplaceAll(strings.ToLower(s), "-", "_") {
+	case "closed":
+		return cooldownv1.State_STATE_CLOSED
+	case "open":
+		return cooldownv1.State_STATE_OPEN
+	case "half_open", "halfopen":
+		return cooldownv1.State_STATE_HALF_OPEN
+	}
+	return cooldownv1.State_STATE_UNSPECIFIED
+}
+
+func shortID(id []byte) string {
+	h := fmt.Sprintf("%x", id)
+	return h[:min(12, len(h))]
+}
+
+func name(c *cooldownv1.ConnectionState) string {
+	id := shortID(c.GetConnection().GetId())
+	if l := c.GetConnection().GetLabel(); l != "" {
+		return id + " (" + l + ")"
+	}
+	return id
+}
+
+func stateText(c *cooldownv1.ConnectionState) string {
+	s := enumText(c.GetState().String(), "STATE_")
+	if s == "" {
+		s = "closed"
+	}
+	if o := c.GetOverride(); o != cooldownv1.Override_OVERRIDE_UNSPECIFIED {
+		s += " [" + enumText(o.String(), "OVERRIDE_") + "]"
+	}
+	return s
+}
+
+func openCause(c *cooldownv1.ConnectionState) string {
+	if c.GetState() != cooldownv1.State_STATE_OPEN {
+		return "-"
+	}
+	return orDash(enumText(c.GetCause().String(), "CAUSE_"))
+}
+
+// left is the time until the open period ends, as the server computed it.
+func left(c *cooldownv1.ConnectionState) string {
+	if c.GetState() != cooldownv1.State_STATE_OPEN {
+		return "-"
+	}
+	if c.GetRetryAfter() != nil {
+		return human(c.GetRetryAfter().AsDuration())
+	}
+	if c.GetOverride() == cooldownv1.Override_OVERRIDE_FORCED_OPEN {
+		return "until changed"
+	}
+	return "-"
+}
+
+func probes(c *cooldownv1.ConnectionState, now time.Time) string {
+	n := c.GetProbesInFlight()
+	if n == 0 {
+		return "0"
+	}
+	if t := c.GetProbeStartedAt(); t != nil {
+		return fmt.Sprintf("%d (%s)", n, human(now.Sub(t.AsTime())))
+	}
+	return fmt.Sprint(n)
+}
+
+func lastReport(c *cooldownv1.ConnectionState) string {
+	var parts []string
+	if s := c.GetLastHttpStatus(); s != 0 {
+		parts = append(parts, fmt.Sprint(s))
+	}
+	if o := enumText(c.GetLastOutcome().String(), "OUTCOME_"); o != "" {
+		parts = append(parts, o)
+	}
+	return orDash(strings.Join(parts, " "))
+}
+
+func stamp(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return "-"
+	}
+	return t.AsTime().UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func untilText(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	return " (until " + stamp(t) + ")"
+}
+
+func ago(t *timestamppb.Timestamp, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	d := now.Sub(t.AsTime())
+	if d < time.Second {
+		return "just now"
+	}
+	return human(d) + " ago"
+}
+
+// human rounds a duration for people: 950ms, 29s, 4m10s, 2h5m.
+func human(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return strings.Replace(d.Round(time.Second).String(), "m0s", "m", 1)
+	}
+	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+)
+
+// envOf returns a getenv over a fixed map, so the tests never read the real
+// environment.
+func envOf(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+// defaults parses an empty command line with an empty environment.
+func defaults(t *testing.T) config {
+	t.Helper()
+	c, err := parseConfig(nil, envOf(nil), io.Discard)
+	require.NoError(t, err)
+	return c
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c := defaults(t)
+	assert.Equal(t, "127.0.0.1:8080", c.addr, "loopback by default")
+	assert.True(t, c.redis.embedded(), "no Redis configured: the embedded one")
+	assert.Equal(t, "info", c.logLevel)
+	assert.Equal(t, "text", c.logFormat)
+	assert.Equal(t, 24*time.Hour, c.idleTTL)
+	assert.Equal(t, 20*time.Second, c.shutdownTimeout)
+	assert.Equal(t, 50, c.history)
+	assert.Equal(t, breaker.DefaultPolicy(), c.policy)
+	assert.Empty(t, c.tokensFile)
+	assert.False(t, c.insecureNoAuth)
+}
+
+func TestParseConfig(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(*config)
+	}{
+		{"flags", []string{
+			"--addr", ":9090", "--redis-url", "redis://cache:6379/2", "--redis-db", "3", "--log-level", "debug", "--log-format", "json",
+			"--idle-ttl", "2h", "--shutdown-timeout", "5s", "--history", "10",
+			"--consecutive-failures", "0", "--failure-rate", "0.25", "--min-calls", "7", "--window", "30s",
+			"--open-base", "1s", "--open-max", "1m", "--jitter", "0", "--rate-limit-cooldown", "3s",
+			"--overload-floor", "0", "--quota-block", "2h", "--auth-block", "1m", "--max-probes", "3", "--lease-ttl", "10s",
+		}, nil, func(c *config) {
+			c.addr, c.redis.url, c.redis.db, c.logLevel, c.logFormat = ":9090", "redis://cache:6379/2", 3, "debug", "json"
+			c.idleTTL, c.shutdownTimeout, c.history = 2*time.Hour, 5*time.Second, 10
+			c.policy = breaker.Policy{
+				ConsecutiveFailures: 0, FailureRate: 0.25, MinCalls: 7, Window: 30 * time.Second,
+				OpenBase: time.Second, OpenMax: time.Minute, Jitter: 0, RateLimitDefault: 3 * time.Second,
+				OverloadFloor: 0, QuotaBlock: 2 * time.Hour, AuthBlock: time.Minute, MaxProbes: 3, LeaseTTL: 10 * time.Second,
+			}
+		}},
+		{"single dash flags", []string{"-addr", ":1", "-max-probes=2"}, nil, func(c *config) {
+			c.addr, c.policy.MaxProbes = ":1", 2
+		}},
+		{"env", nil, map[string]string{
+			"COOLDOWND_ADDR": "0.0.0.0:80", "COOLDOWND_REDIS_URL": "redis://r:6379", "COOLDOWND_MAX_PROBES": "4",
+			"COOLDOWND_RATE_LIMIT_COOLDOWN": "5s", "COOLDOWND_LOG_FORMAT": "json", "COOLDOWND_JITTER": "0.2",
+		}, func(c *config) {
+			c.addr, c.redis.url, c.logFormat = "0.0.0.0:80", "redis://r:6379", "json"
+			c.policy.MaxProbes, c.policy.RateLimitDefault, c.policy.Jitter = 4, 5*time.Second, 0.2
+		}},
+		{"flags beat env", []string{"--addr", "127.0.0.1:2", "--max-probes", "2"}, map[string]string{
+			"COOLDOWND_ADDR": "127.0.0.1:1", "COOLDOWND_MAX_PROBES": "9", "COOLDOWND_HISTORY": "7",
+		}, func(c *config) {
+			c.addr, c.policy.MaxProbes, c.history = "127.0.0.1:2", 2, 7
+		}},
+		{"unrelated env ignored", nil, map[string]string{"ADDR": ":1", "COOLDOWN_ADDR": ":2", "cooldownd_addr": ":3"}, func(*config) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			got, err := parseConfig(tt.args, envOf(tt.env), &stderr)
+			require.NoError(t, err)
+			want := defaults(t)
+			tt.want(&want)
+			assert.Equal(t, want, got)
+			assert.Empty(t, stderr.String())
+		})
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		names []string // what the error must name
+	}{
+		{"bad duration env", nil, map[string]string{"COOLDOWND_OPEN_BASE": "soon"}, []string{"COOLDOWND_OPEN_BASE"}},
+		{"bad int env", nil, map[string]string{"COOLDOWND_MAX_PROBES": "many"}, []string{"COOLDOWND_MAX_PROBES"}},
+		{"invalid env value", nil, map[string]string{"COOLDOWND_MAX_PROBES": "0"}, []string{"--max-probes", "got 0"}},
+		{"bad duration flag", []string{"--lease-ttl", "forever"}, nil, []string{"lease-ttl", "forever"}},
+		{"jitter 1", []string{"--jitter", "1"}, nil, []string{"--jitter", "[0, 1)"}},
+		{"jitter negative", []string{"--jitter=-0.1"}, nil, []string{"--jitter"}},
+		{"max-probes 0", []string{"--max-probes", "0"}, nil, []string{"--max-probes", "got 0"}},
+		{"max-probes 17", []string{"--max-probes", "17"}, nil, []string{"--max-probes"}},
+		{"open-max under open-base", []string{"--open-base", "1m", "--open-max", "1s"}, nil, []string{"--open-max", "--open-base"}},
+		{"rate limit cooldown negative", []string{"--rate-limit-cooldown", "-1s"}, nil, []string{"--rate-limit-cooldown"}},
+		{"failure rate over 1", []string{"--failure-rate", "1.5"}, nil, []string{"--failure-rate"}},
+		{"sub-millisecond lease", []string{"--lease-ttl", "1500us"}, nil, []string{"--lease-ttl", "whole milliseconds"}},
+		{"log level", []string{"--log-level", "loud"}, nil, []string{"--log-level", "loud"}},
+		{"log format", []string{"--log-format", "xml"}, nil, []string{"--log-format", "xml"}},
+		{"idle ttl", []string{"--idle-ttl", "1s"}, nil, []string{"--idle-ttl"}},
+		{"history", []string{"--history", "0"}, nil, []string{"--history"}},
+		{"shutdown timeout", []string{"--shutdown-timeout", "0s"}, nil, []string{"--shutdown-timeout"}},
+		{"unknown flag", []string{"--colour"}, nil, []string{"colour"}},
+		{"unexpected args", []string{"--addr", ":1", "serve", "now"}, nil, []string{"unexpected arguments", "serve"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parseConfig(tt.args, envOf(tt.env), io.Discard)
+			require.Error(t, err)
+			for _, n := range tt.names {
+				assert.Contains(t, err.Error(), n)
+			}
+		})
+	}
+}
+
+// TestParseConfigSeveralErrors: every invalid value is reported at once.
+func TestParseConfigSeveralErrors(t *testing.T) {
+	t.Parallel()
+	_, err := parseConfig([]string{"--log-level", "loud", "--log-format", "xml", "--max-probes", "0"}, envOf(nil), io.Discard)
+	require.Error(t, err)
+	for _, n := range []string{"--log-level", "--log-format", "--max-probes"} {
+		assert.Contains(t, err.Error(), n)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"--help", "-h"} {
+		t.Run(arg, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			_, err := parseConfig([]string{arg}, envOf(nil), &stderr)
+			require.ErrorIs(t, err, flag.ErrHelp)
+			out := stderr.String()
+			assert.Contains(t, out, "Usage: cooldownd")
+
+			documented := map[string]bool{}
+			for _, m := range regexp.MustCompile(`(?m)^  --([a-z-]+) \(env (COOLDOWND_[A-Z_]+), default "[^"]*"\)\n    \t\S`).FindAllStringSubmatch(out, -1) {
+				assert.Equal(t, envName(m[1]), m[2])
+				documented[m[1]] = true
+			}
+			for _, name := range []string{
+				"addr", "redis-url", "log-level", "log-format", "idle-ttl", "shutdown-timeout", "history",
+				"consecutive-failures", "failure-rate", "min-calls", "window", "open-base", "open-max", "jitter",
+				"rate-limit-cooldown", "overload-floor", "quota-block", "auth-block", "max-probes", "lease-ttl",
+			} {
+				assert.True(t, documented[name], "--%s with its env name and a description in --help", name)
+			}
+			// Every flag the set defines is documented that way.
+			fs := regexp.MustCompile(`(?m)^  --([a-z-]+) `).FindAllStringSubmatch(out, -1)
+			assert.Len(t, documented, len(fs))
+		})
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, "COOLDOWND_REDIS_URL", envName("redis-url"))
+	assert.Equal(t, "COOLDOWND_ADDR", envName("addr"))
+}
+
+// TestHelpDefaultsNotFromEnv: --help shows built-in defaults, never values
+// from the environment (which may hold a Redis password).
+func TestHelpDefaultsNotFromEnv(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	_, err := parseConfig([]string{"--help"}, envOf(map[string]string{"COOLDOWND_REDIS_URL": "redis://:s3cret@r:6379"}), &stderr)
+	require.True(t, errors.Is(err, flag.ErrHelp))
+	assert.NotContains(t, stderr.String(), "s3cret")
+}

@@ -1,0 +1,927 @@
+// cooldownd dashboard. Plain JavaScript, no dependencies, no build step.
+//
+// It calls the Connect API of the server that serves it: unary RPCs with
+// Connect's JSON protocol, and WatchConnections with Connect's streaming
+// protocol over fetch (enveloped JSON). A periodic ListConnections keeps the
+// counters fresh (the stream carries state changes, not every report) and
+// re-reads everything after a reconnect.
+//
+// Data from the server is only ever put in the page with textContent, never
+// as HTML: labels come from applications.
+'use strict';
+
+(() => {
+  const SVC = 'cooldown.v1.CooldownService/';
+  const ADMIN = 'cooldown.v1.AdminService/';
+  const TOKEN_KEY = 'cooldownd.token';
+  const STALL_MS = 45000; // three missed 15 s heartbeats
+  const MAX_MESSAGE = 4 << 20;
+  const TICK_MS = 200;
+
+  const $ = (id) => document.getElementById(id);
+
+  const state = {
+    me: null,
+    rows: new Map(), // id hex -> {m: model, el: <tr>, seen: gen, dirty: bool}
+    offset: 0, // server clock minus local clock, ms
+    sort: { key: 'state', dir: 1 },
+    filter: '',
+    gen: 0,
+    session: 0, // bumped on sign-in and sign-out: older loops stop
+    watch: null, // AbortController of the running stream
+    watchUp: false,
+    listing: false,
+    listAgain: false,
+    loaded: false,
+    detailId: null,
+    detailTimer: 0,
+    confirm: null,
+    renderQueued: false,
+    expiryTimer: 0,
+  };
+
+  // ---- small helpers -------------------------------------------------------
+
+  function el(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'class') e.className = v;
+      else if (k === 'text') e.textContent = v;
+      else if (k.startsWith('data-')) e.dataset[k.slice(5).replace(/-([a-z])/g, (_, c) => c.toUpperCase())] = v;
+      else e.setAttribute(k, v === true ? '' : v);
+    }
+    for (const c of children) if (c !== null && c !== undefined) e.append(c);
+    return e;
+  }
+
+  function serverNow() { return Date.now() + state.offset; }
+
+  function token() {
+    try { return sessionStorage.getItem(TOKEN_KEY) || ''; } catch { return ''; }
+  }
+
+  function headers(extra) {
+    const h = Object.assign({}, extra);
+    const t = token();
+    if (t) h.Authorization = 'Bearer ' + t;
+    return h;
+  }
+
+  class RpcError extends Error {
+    constructor(code, message) {
+      super(message || code);
+      this.code = code || 'unknown';
+    }
+  }
+
+  function codeOfStatus(status) {
+    switch (status) {
+      case 400: return 'invalid_argument';
+      case 401: return 'unauthenticated';
+      case 403: return 'permission_denied';
+      case 404: return 'unimplemented';
+      case 429: return 'resource_exhausted';
+      case 502: case 503: case 504: return 'unavailable';
+      default: return 'unknown';
+    }
+  }
+
+  async function call(path, body) {
+    let res;
+    try {
+      res = await fetch(path, {
+        method: 'POST',
+        headers: headers({ 'Content-Type': 'application/json', 'Connect-Protocol-Version': '1' }),
+        body: JSON.stringify(body || {}),
+        cache: 'no-store',
+        credentials: 'omit',
+      });
+    } catch {
+      throw new RpcError('unavailable', 'cannot reach the server');
+    }
+    const text = await res.text();
+    let js = null;
+    try { js = text ? JSON.parse(text) : {}; } catch { js = null; }
+    if (!res.ok) {
+      throw new RpcError((js && js.code) || codeOfStatus(res.status), (js && js.message) || 'HTTP ' + res.status);
+    }
+    return js || {};
+  }
+
+  // ---- ids, enums, times ---------------------------------------------------
+
+  function b64ToHex(b64) {
+    let bin;
+    try { bin = atob(String(b64 || '').replace(/-/g, '+').replace(/_/g, '/')); } catch { return ''; }
+    let s = '';
+    for (let i = 0; i < bin.length; i++) s += bin.charCodeAt(i).toString(16).padStart(2, '0');
+    return s;
+  }
+
+  function hexToB64(hex) {
+    let bin = '';
+    for (let i = 0; i + 1 < hex.length; i += 2) bin += String.fromCharCode(parseInt(hex.slice(i, i + 2), 16));
+    return btoa(bin);
+  }
+
+  const STATES = { STATE_CLOSED: 'closed', STATE_OPEN: 'open', STATE_HALF_OPEN: 'half-open' };
+  const SEVERITY = { open: 0, 'half-open': 1, closed: 2 };
+
+  function enumName(v, prefix) {
+    if (!v || typeof v !== 'string') return '';
+    const s = v.startsWith(prefix) ? v.slice(prefix.length) : v;
+    return s === 'UNSPECIFIED' ? '' : s.toLowerCase().replace(/_/g, ' ');
+  }
+
+  // Short outcome names for the table; the detail view spells them out.
+  const SHORT_OUTCOME = {
+    'transient failure': 'transient', 'rate limited': 'rate limited', 'quota exhausted': 'quota',
+    'auth failure': 'auth', 'client error': 'client error', 'success': 'ok',
+  };
+
+  const stateName = (v) => STATES[v] || (v ? enumName(v, 'STATE_') : 'closed');
+  const tsMs = (t) => (t ? Date.parse(t) || 0 : 0);
+  const durMs = (d) => (d ? Math.round(parseFloat(d) * 1000) || 0 : 0);
+
+  function fmtDur(ms) {
+    if (ms <= 0) return '0s';
+    const s = ms / 1000;
+    if (s < 10) return s.toFixed(1) + 's';
+    if (s < 60) return Math.floor(s) + 's';
+    const m = Math.floor(s / 60);
+    if (m < 60) return m + 'm ' + String(Math.floor(s % 60)).padStart(2, '0') + 's';
+    const h = Math.floor(m / 60);
+    if (h < 48) return h + 'h ' + String(m % 60).padStart(2, '0') + 'm';
+    return Math.floor(h / 24) + 'd ' + (h % 24) + 'h';
+  }
+
+  function fmtAgo(t) {
+    if (!t) return '—';
+    const ms = serverNow() - t;
+    if (ms < 1500) return 'just now';
+    return fmtDur(ms).replace(/\.\d/, '') + ' ago';
+  }
+
+  function fmtTime(t) {
+    if (!t) return '';
+    const d = new Date(t);
+    const p = (n, w) => String(n).padStart(w || 2, '0');
+    return d.getFullYear() + '-' + p(d.getMonth() + 1) + '-' + p(d.getDate()) + ' ' +
+      p(d.getHours()) + ':' + p(d.getMinutes()) + ':' + p(d.getSeconds()) + '.' + p(d.getMilliseconds(), 3);
+  }
+
+  // model flattens a ConnectionState (protojson) into what the table shows.
+  function model(cs) {
+    const c = cs.connection || {};
+    const hex = b64ToHex(c.id);
+    return {
+      hex,
+      short: hex.slice(0, 8),
+      label: c.label || '',
+      state: stateName(cs.state),
+      cause: enumName(cs.cause, 'CAUSE_'),
+      rev: Number(cs.revision || 0),
+      openUntil: tsMs(cs.openUntil),
+      probes: cs.probesInFlight || 0,
+      probeStart: tsMs(cs.probeStartedAt),
+      consecutive: cs.consecutiveFailures || 0,
+      reopens: cs.reopens || 0,
+      ok: Number(cs.recentSuccesses || 0),
+      fail: Number(cs.recentFailures || 0),
+      status: cs.lastHttpStatus || 0,
+      outcome: enumName(cs.lastOutcome, 'OUTCOME_'),
+      code: cs.lastErrorCode || '',
+      override: enumName(cs.override, 'OVERRIDE_'),
+      overrideUntil: tsMs(cs.overrideUntil),
+      changed: tsMs(cs.changedAt),
+      updated: tsMs(cs.updatedAt),
+    };
+  }
+
+  // learnClock estimates the server clock from a fresh state: open_until
+  // minus retry_after is the server's now when it answered.
+  function learnClock(cs) {
+    if (cs.openUntil && cs.retryAfter) {
+      const now = tsMs(cs.openUntil) - durMs(cs.retryAfter);
+      if (now > 0) state.offset = now - Date.now();
+    }
+  }
+
+  // ---- the table -----------------------------------------------------------
+
+  // upsert merges one connection state; an older revision never replaces a
+  // newer one (the stream and the periodic list race).
+  function upsert(cs) {
+    if (!cs || !cs.connection) return;
+    const m = model(cs);
+    if (m.hex.length !== 64) return;
+    learnClock(cs);
+    const old = state.rows.get(m.hex);
+    if (old) {
+      old.seen = state.gen;
+      if (m.rev < old.m.rev || (m.rev === old.m.rev && m.updated < old.m.updated)) return;
+      old.m = m;
+      old.dirty = true;
+    } else {
+      state.rows.set(m.hex, { m, el: null, seen: state.gen, dirty: true });
+    }
+    if (state.detailId === m.hex) scheduleDetail();
+    scheduleRender();
+  }
+
+  function scheduleRender() {
+    if (state.renderQueued) return;
+    state.renderQueued = true;
+    requestAnimationFrame(() => {
+      state.renderQueued = false;
+      render();
+    });
+  }
+
+  function matches(m, f) {
+    if (!f) return true;
+    const hay = [m.label, m.hex, m.state, m.cause, m.outcome, m.code, m.override, String(m.status || '')].join(' ').toLowerCase();
+    return f.split(/\s+/).every((w) => hay.includes(w));
+  }
+
+  function leftMs(m) {
+    if (m.state !== 'open') return Infinity;
+    if (m.openUntil) return m.openUntil - serverNow();
+    if (m.overrideUntil) return m.overrideUntil - serverNow();
+    return Number.MAX_SAFE_INTEGER;
+  }
+
+  const SORTS = {
+    label: (m) => m.label.toLowerCase() || '\uffff',
+    id: (m) => m.hex,
+    state: (m) => SEVERITY[m.state] ?? 3,
+    cause: (m) => m.cause || '\uffff',
+    left: leftMs,
+    probe: (m) => -m.probes,
+    recent: (m) => -(m.fail * 1e9 + m.ok),
+    last: (m) => m.status,
+    revision: (m) => m.rev,
+    changed: (m) => -m.changed,
+  };
+
+  function compare(a, b) {
+    const k = SORTS[state.sort.key] || SORTS.state;
+    const x = k(a.m), y = k(b.m);
+    if (x < y) return -state.sort.dir;
+    if (x > y) return state.sort.dir;
+    const la = SORTS.label(a.m), lb = SORTS.label(b.m);
+    if (la !== lb) return la < lb ? -1 : 1;
+    return a.m.hex < b.m.hex ? -1 : a.m.hex > b.m.hex ? 1 : 0;
+  }
+
+  function isAdmin() { return !!state.me && state.me.role === 'admin'; }
+
+  function buildRow(row) {
+    const hex = row.m.hex;
+    const tr = el('tr', { tabindex: '0', 'data-id': hex });
+    const cells = ['label', 'id', 'state', 'cause', 'left num', 'probe', 'recent num', 'last', 'rev num', 'changed'];
+    for (const c of cells) tr.append(el('td', { class: 'c-' + c }));
+    if (isAdmin()) {
+      tr.append(el('td', { class: 'c-actions' },
+        el('button', { type: 'button', class: 'small', 'data-action': 'reset', 'data-id': hex, text: 'Reset' }),
+        el('button', { type: 'button', class: 'small', 'data-action': 'force-open', 'data-id': hex, text: 'Force open' }),
+        el('button', { type: 'button', class: 'small', 'data-action': 'force-closed', 'data-id': hex, text: 'Force closed' })));
+    }
+    row.el = tr;
+    return tr;
+  }
+
+  function cell(tr, name) { return tr.querySelector('.c-' + name); }
+
+  function badge(m) {
+    const b = el('span', { class: 'badge st-' + m.state, text: m.state });
+    if (!m.override) return b;
+    return el('span', { class: 'stack' }, b, el('span', { class: 'tag', text: 'forced', title: 'operator override: ' + m.override }));
+  }
+
+  function fillRow(row) {
+    const m = row.m, tr = row.el;
+    tr.dataset.state = m.state;
+    tr.setAttribute('aria-label', (m.label || m.short) + ', ' + m.state);
+    const lab = cell(tr, 'label');
+    lab.textContent = m.label || '(no label)';
+    lab.classList.toggle('dim', !m.label);
+    lab.title = m.label;
+    const id = cell(tr, 'id');
+    id.textContent = m.short + '…';
+    id.title = m.hex;
+    cell(tr, 'state').replaceChildren(badge(m));
+    const cause = cell(tr, 'cause');
+    cause.textContent = m.cause || '—';
+    cause.classList.toggle('dim', m.state !== 'open');
+    cause.title = m.state === 'open' ? 'why it is open' : 'cause of the last transition';
+    const rec = cell(tr, 'recent');
+    rec.replaceChildren(el('span', { class: 'ok', text: String(m.ok) }), ' / ',
+      el('span', { class: m.fail ? 'bad' : '', text: String(m.fail) }));
+    rec.title = m.consecutive ? m.consecutive + ' consecutive failures' : '';
+    const last = cell(tr, 'last');
+    last.textContent = m.status || m.outcome ? [m.status || '', SHORT_OUTCOME[m.outcome] || m.outcome].filter(Boolean).join(' ') : '—';
+    last.title = [m.status || '', m.outcome, m.code ? '(error code: ' + m.code + ')' : ''].filter(Boolean).join(' ');
+    cell(tr, 'rev').textContent = String(m.rev);
+    const ch = cell(tr, 'changed');
+    ch.title = m.changed ? fmtTime(m.changed) : '';
+    tickRow(row);
+    row.dirty = false;
+  }
+
+  // tickRow refreshes the cells that move with the clock.
+  function tickRow(row) {
+    const m = row.m, tr = row.el;
+    const left = cell(tr, 'left');
+    let text = '—';
+    if (m.state === 'open') {
+      if (m.openUntil) {
+        const ms = m.openUntil - serverNow();
+        text = ms > 0 ? fmtDur(ms) : 'ending';
+        if (ms <= 0) expiryRefresh(row);
+      } else if (m.override === 'forced open') {
+        text = m.overrideUntil ? fmtDur(m.overrideUntil - serverNow()) : 'until changed';
+      }
+    } else if (m.override && m.overrideUntil) {
+      text = fmtDur(m.overrideUntil - serverNow());
+    }
+    if (left.textContent !== text) left.textContent = text;
+    const probe = cell(tr, 'probe');
+    const pt = m.probes > 0 ? m.probes + ' · ' + (m.probeStart ? fmtDur(serverNow() - m.probeStart).replace(/\.\d/, '') : '?') : '—';
+    if (probe.textContent !== pt) probe.textContent = pt;
+    probe.classList.toggle('warn', m.probes > 0);
+    probe.title = m.probes > 0 ? m.probes + ' probe lease(s) in flight; the oldest for that long' : '';
+    const ch = cell(tr, 'changed');
+    const at = fmtAgo(m.changed);
+    if (ch.textContent !== at) ch.textContent = at;
+  }
+
+  // expiryRefresh re-reads state shortly after an open period ends: the
+  // server applies the move to half-open when it next reads the connection.
+  function expiryRefresh(row) {
+    if (row.expirySeen === row.m.openUntil) return;
+    row.expirySeen = row.m.openUntil;
+    if (state.expiryTimer) return;
+    state.expiryTimer = setTimeout(() => {
+      state.expiryTimer = 0;
+      refreshList();
+    }, 400);
+  }
+
+  function render() {
+    const body = $('rows');
+    const f = state.filter.trim().toLowerCase();
+    const all = [...state.rows.values()];
+    const shown = all.filter((r) => matches(r.m, f)).sort(compare);
+    for (const r of shown) {
+      if (!r.el) buildRow(r);
+      if (r.dirty) fillRow(r);
+    }
+    const want = shown.map((r) => r.el);
+    const have = [...body.children];
+    if (want.length !== have.length || want.some((e, i) => e !== have[i])) {
+      const focused = document.activeElement;
+      body.replaceChildren(...want);
+      if (focused && body.contains(focused) && document.activeElement !== focused) focused.focus({ preventScroll: true });
+    }
+    const counts = { open: 0, 'half-open': 0, closed: 0 };
+    for (const r of all) counts[r.m.state] = (counts[r.m.state] || 0) + 1;
+    let sum = all.length + (all.length === 1 ? ' connection' : ' connections');
+    if (counts.open) sum += ' · ' + counts.open + ' open';
+    if (counts['half-open']) sum += ' · ' + counts['half-open'] + ' half-open';
+    if (f && shown.length !== all.length) sum += ' · showing ' + shown.length;
+    $('summary').textContent = state.loaded ? sum : 'loading…';
+    $('empty').hidden = !state.loaded || all.length > 0;
+    $('conns').hidden = state.loaded && all.length === 0;
+    $('nomatch').hidden = all.length === 0 || shown.length > 0;
+    for (const th of document.querySelectorAll('#conns th[data-key]')) {
+      const on = th.dataset.key === state.sort.key;
+      if (on) th.setAttribute('aria-sort', state.sort.dir > 0 ? 'ascending' : 'descending');
+      else th.removeAttribute('aria-sort');
+    }
+  }
+
+  function tick() {
+    for (const r of state.rows.values()) if (r.el && r.el.isConnected) tickRow(r);
+    if (state.detailId) tickDetail();
+  }
+
+  // ---- loading -------------------------------------------------------------
+
+  // refreshList reads every connection and drops rows that are gone.
+  async function refreshList() {
+    if (!state.me) return;
+    if (state.listing) {
+      state.listAgain = true;
+      return;
+    }
+    state.listing = true;
+    const sess = state.session;
+    const gen = ++state.gen;
+    try {
+      let pageToken = '';
+      for (let i = 0; i < 200; i++) {
+        const res = await call(SVC + 'ListConnections', { pageSize: 500, pageToken });
+        if (sess !== state.session) return;
+        for (const cs of res.connections || []) upsert(cs);
+        pageToken = res.nextPageToken || '';
+        if (!pageToken) break;
+      }
+      for (const [hex, r] of state.rows) if (r.seen < gen) state.rows.delete(hex);
+      state.loaded = true;
+      if (state.watchUp !== false) setLive('live');
+      scheduleRender();
+    } catch (e) {
+      if (sess === state.session) handleAuthError(e);
+    } finally {
+      state.listing = false;
+      if (state.listAgain && sess === state.session) {
+        state.listAgain = false;
+        refreshList();
+      }
+    }
+  }
+
+  function envelope(msg) {
+    const data = new TextEncoder().encode(JSON.stringify(msg));
+    const buf = new Uint8Array(5 + data.length);
+    new DataView(buf.buffer).setUint32(1, data.length, false);
+    buf.set(data, 5);
+    return buf;
+  }
+
+  // envelopes yields the Connect streaming envelopes of a response body.
+  async function* envelopes(reader, onBytes) {
+    let buf = new Uint8Array(0);
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) {
+        if (buf.length) throw new RpcError('data_loss', 'the stream ended inside a message');
+        return;
+      }
+      onBytes();
+      if (value && value.length) {
+        const n = new Uint8Array(buf.length + value.length);
+        n.set(buf);
+        n.set(value, buf.length);
+        buf = n;
+      }
+      while (buf.length >= 5) {
+        const len = new DataView(buf.buffer, buf.byteOffset, buf.byteLength).getUint32(1, false);
+        if (len > MAX_MESSAGE) throw new RpcError('resource_exhausted', 'stream message too large');
+        if (buf.length < 5 + len) break;
+        yield { flags: buf[0], data: buf.slice(5, 5 + len) };
+        buf = buf.slice(5 + len);
+      }
+    }
+  }
+
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  // watchLoop follows WatchConnections and reconnects with backoff until
+  // the session ends. Each (re)connect re-reads the whole table.
+  async function watchLoop(sess) {
+    let attempt = 0;
+    const dec = new TextDecoder();
+    while (sess === state.session) {
+      const ctrl = new AbortController();
+      state.watch = ctrl;
+      let lastBytes = Date.now();
+      let healthy = false;
+      const started = Date.now();
+      const stall = setInterval(() => {
+        if (Date.now() - lastBytes > STALL_MS) ctrl.abort();
+      }, 5000);
+      let fatal = null;
+      try {
+        const pending = fetch(SVC + 'WatchConnections', {
+          method: 'POST',
+          headers: headers({ 'Content-Type': 'application/connect+json' }),
+          body: envelope({ snapshot: true }),
+          signal: ctrl.signal,
+          cache: 'no-store',
+          credentials: 'omit',
+        });
+        // The server sends response headers with the first message, which
+        // can be a while for a quiet tenant: read the table meanwhile.
+        state.watchUp = null;
+        refreshList();
+        const res = await pending;
+        if (!res.ok) throw new RpcError(codeOfStatus(res.status), 'watch: HTTP ' + res.status);
+        state.watchUp = true;
+        if (state.loaded) setLive('live');
+        for await (const env of envelopes(res.body.getReader(), () => { lastBytes = Date.now(); })) {
+          if (env.flags & 0x01) throw new RpcError('internal', 'compressed stream message');
+          const text = dec.decode(env.data);
+          if (env.flags & 0x02) {
+            const end = text ? JSON.parse(text) : {};
+            if (end.error) throw new RpcError(end.error.code, end.error.message);
+            break;
+          }
+          healthy = true;
+          const msg = text ? JSON.parse(text) : {};
+          if (msg.connection) upsert(msg.connection); // empty messages are heartbeats
+        }
+      } catch (e) {
+        if (e && (e.code === 'unauthenticated' || e.code === 'permission_denied')) fatal = e;
+      } finally {
+        clearInterval(stall);
+      }
+      if (sess !== state.session) return;
+      if (fatal) {
+        handleAuthError(fatal);
+        return;
+      }
+      state.watchUp = false;
+      if (healthy && Date.now() - started > 5000) attempt = 0;
+      const delay = Math.min(10000, 500 * 2 ** attempt) * (0.75 + Math.random() * 0.5);
+      attempt = Math.min(attempt + 1, 6);
+      const until = Date.now() + delay;
+      while (Date.now() < until && sess === state.session) {
+        setLive('reconnecting in ' + Math.ceil((until - Date.now()) / 1000) + 's', 'down');
+        await sleep(Math.min(250, until - Date.now()));
+      }
+      if (sess === state.session) setLive('reconnecting…', 'down');
+    }
+  }
+
+  function setLive(text, kind) {
+    const live = $('live');
+    live.dataset.state = kind || (text === 'live' ? 'up' : 'wait');
+    $('live-text').textContent = text;
+  }
+
+  function handleAuthError(e) {
+    if (!e) return;
+    if (e.code === 'unauthenticated') {
+      signOut(token() ? 'The server no longer accepts this token. Paste a valid one.' : '');
+    } else if (e.code === 'permission_denied') {
+      signOut('This token’s role cannot view the dashboard. Use a viewer or admin token.');
+    } else {
+      setLive(e.message || 'error', 'down');
+    }
+  }
+
+  // ---- detail view ---------------------------------------------------------
+
+  function scheduleDetail() {
+    clearTimeout(state.detailTimer);
+    state.detailTimer = setTimeout(loadDetail, 150);
+  }
+
+  function field(dl, name, value, cls) {
+    dl.append(el('dt', { text: name }), el('dd', { class: cls || '', text: value }));
+  }
+
+  function fillDetail() {
+    const row = state.rows.get(state.detailId);
+    if (!row) return;
+    const m = row.m;
+    $('detail-title').textContent = m.label || 'Connection ' + m.short + '…';
+    const dl = $('detail-fields');
+    dl.replaceChildren();
+    field(dl, 'ID', m.hex, 'mono');
+    dl.append(el('dt', { text: 'State' }), el('dd', {}, badge(m)));
+    field(dl, 'Cause', m.cause || '—');
+    field(dl, 'Time left', '', 'd-left');
+    field(dl, 'Revision', String(m.rev));
+    field(dl, 'Probes in flight', m.probes ? m.probes + (m.probeStart ? ' since ' + fmtTime(m.probeStart) : '') : '0');
+    field(dl, 'Since last transition', m.ok + ' successes, ' + m.fail + ' failures');
+    field(dl, 'Consecutive failures', String(m.consecutive));
+    field(dl, 'Re-opens', String(m.reopens));
+    field(dl, 'Last report', [m.status || '', m.outcome, m.code ? '(' + m.code + ')' : ''].filter(Boolean).join(' ') || '—');
+    field(dl, 'Override', m.override ? m.override + (m.overrideUntil ? ' until ' + fmtTime(m.overrideUntil) : ' until changed') : 'none');
+    field(dl, 'Last change', m.changed ? fmtTime(m.changed) : '—');
+    field(dl, 'Last report at', m.updated ? fmtTime(m.updated) : '—');
+    const acts = $('detail-actions');
+    acts.replaceChildren();
+    if (isAdmin()) {
+      acts.append(
+        el('button', { type: 'button', 'data-action': 'reset', 'data-id': m.hex, text: 'Reset' }),
+        el('button', { type: 'button', 'data-action': 'force-open', 'data-id': m.hex, text: 'Force open' }),
+        el('button', { type: 'button', 'data-action': 'force-closed', 'data-id': m.hex, text: 'Force closed' }));
+      if (m.override) acts.append(el('button', { type: 'button', 'data-action': 'clear', 'data-id': m.hex, text: 'Clear override' }));
+    }
+    tickDetail();
+  }
+
+  function tickDetail() {
+    const row = state.rows.get(state.detailId);
+    const dd = document.querySelector('#detail-fields .d-left');
+    if (!row || !dd) return;
+    const ms = leftMs(row.m);
+    const t = !Number.isFinite(ms) ? '—' : ms >= Number.MAX_SAFE_INTEGER ? 'until changed' : fmtDur(ms);
+    if (dd.textContent !== t) dd.textContent = t;
+  }
+
+  async function loadDetail() {
+    const hex = state.detailId;
+    if (!hex) return;
+    try {
+      const res = await call(SVC + 'GetConnection', { id: hexToB64(hex), historyLimit: 50 });
+      if (state.detailId !== hex) return;
+      if (res.connection) upsert(res.connection);
+      fillDetail();
+      const tb = $('detail-history');
+      const rows = (res.history || []).map((t) => el('tr', {},
+        el('td', { class: 'mono', text: fmtTime(tsMs(t.time)) }),
+        el('td', {}, el('span', { class: 'badge st-' + stateName(t.from), text: stateName(t.from) }), ' → ',
+          el('span', { class: 'badge st-' + stateName(t.to), text: stateName(t.to) })),
+        el('td', { text: enumName(t.cause, 'CAUSE_') || '—' }),
+        el('td', { class: 'num', text: String(Number(t.revision || 0)) }),
+        el('td', { text: [t.actor, t.reason].filter(Boolean).join(': ') || '—' })));
+      if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: '5', class: 'dim', text: 'No transitions recorded.' })));
+      tb.replaceChildren(...rows);
+      $('detail-error').textContent = '';
+    } catch (e) {
+      $('detail-error').textContent = 'Could not load the history: ' + e.message;
+      handleAuthError(e.code === 'unauthenticated' || e.code === 'permission_denied' ? e : null);
+    }
+  }
+
+  function openDetail(hex) {
+    if (!state.rows.has(hex)) return;
+    state.detailId = hex;
+    $('detail-history').replaceChildren(el('tr', {}, el('td', { colspan: '5', class: 'dim', text: 'Loading…' })));
+    $('detail-error').textContent = '';
+    fillDetail();
+    const d = $('detail');
+    if (!d.open) d.showModal();
+    // Focus the title, not a button: the Enter that opened the view would
+    // otherwise go on to press the button.
+    $('detail-title').focus();
+    loadDetail();
+  }
+
+  // ---- admin actions -------------------------------------------------------
+
+  const ACTIONS = {
+    'reset': { title: 'Reset connection', text: (n) => 'Reset ' + n + ' to closed? Its counters clear and a new revision starts, so reports admitted before the reset cannot change it.' },
+    'force-open': { title: 'Force open', text: (n) => 'Deny every call to ' + n + ' until the override ends or is cleared?', duration: true },
+    'force-closed': { title: 'Force closed', text: (n) => 'Admit every call to ' + n + ' and ignore its failures until the override ends or is cleared?', duration: true },
+    'clear': { title: 'Clear override', text: (n) => 'Clear the operator override of ' + n + '? It returns to its normal state.' },
+  };
+
+  function askConfirm(action, hex) {
+    const a = ACTIONS[action];
+    const row = state.rows.get(hex);
+    if (!a || !row || !isAdmin()) return;
+    state.confirm = { action, hex };
+    const name = row.m.label ? '“' + row.m.label + '” (' + row.m.short + '…)' : row.m.short + '…';
+    $('confirm-title').textContent = a.title;
+    $('confirm-text').textContent = a.text(name);
+    $('confirm-ok').textContent = a.title;
+    $('confirm-for-wrap').hidden = !a.duration;
+    $('confirm-for').value = '';
+    $('confirm-reason').value = '';
+    $('confirm-error').textContent = '';
+    $('confirm-ok').disabled = false;
+    $('confirm').showModal();
+    $('confirm-reason').focus();
+  }
+
+  async function doConfirm() {
+    const c = state.confirm;
+    if (!c) return;
+    const id = hexToB64(c.hex);
+    const reason = $('confirm-reason').value.trim();
+    let path, body;
+    if (c.action === 'reset') {
+      path = ADMIN + 'ResetConnection';
+      body = { id, reason };
+    } else {
+      path = ADMIN + 'ForceConnection';
+      body = { id, reason };
+      if (c.action === 'force-open') body.override = 'OVERRIDE_FORCED_OPEN';
+      if (c.action === 'force-closed') body.override = 'OVERRIDE_FORCED_CLOSED';
+      const d = $('confirm-for').value;
+      if (d && c.action !== 'clear') body.duration = d;
+    }
+    $('confirm-ok').disabled = true;
+    try {
+      const res = await call(path, body);
+      if (res.connection) upsert(res.connection);
+      state.confirm = null;
+      $('confirm').close();
+      if (state.detailId === c.hex) scheduleDetail();
+    } catch (e) {
+      $('confirm-error').textContent = e.message;
+      $('confirm-ok').disabled = false;
+      if (e.code === 'unauthenticated') handleAuthError(e);
+    }
+  }
+
+  // ---- sign-in and start ---------------------------------------------------
+
+  async function whoami() {
+    const t0 = Date.now();
+    let res;
+    try {
+      res = await fetch('ui/api/whoami', { headers: headers({}), cache: 'no-store', credentials: 'omit' });
+    } catch {
+      throw new RpcError('unavailable', 'cannot reach the server');
+    }
+    const js = await res.json().catch(() => ({}));
+    if (!res.ok) throw new RpcError(codeOfStatus(res.status), js.message || 'HTTP ' + res.status);
+    if (js.now) state.offset = js.now - (t0 + Date.now()) / 2;
+    return js;
+  }
+
+  function stopSession() {
+    state.session++;
+    if (state.watch) state.watch.abort();
+    state.watch = null;
+    state.me = null;
+    state.loaded = false;
+    state.rows.clear();
+    $('rows').replaceChildren();
+    $('detail-actions').replaceChildren();
+    $('detail-fields').replaceChildren();
+    $('detail-history').replaceChildren();
+  }
+
+  function signOut(message) {
+    try { sessionStorage.removeItem(TOKEN_KEY); } catch { /* private mode */ }
+    stopSession();
+    if ($('detail').open) $('detail').close();
+    if ($('confirm').open) $('confirm').close();
+    $('board').hidden = true;
+    $('signout').hidden = true;
+    $('who').textContent = '';
+    $('login').hidden = false;
+    $('login-error').textContent = message || '';
+    setLive('signed out', 'down');
+    $('token-input').focus();
+  }
+
+  async function start() {
+    stopSession();
+    const sess = state.session;
+    setLive('connecting…', 'wait');
+    let me;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        me = await whoami();
+        break;
+      } catch (e) {
+        if (sess !== state.session) return;
+        if (e.code === 'unauthenticated') {
+          signOut(token() ? 'The server did not accept that token.' : '');
+          return;
+        }
+        if (e.code === 'permission_denied') {
+          signOut(e.message);
+          return;
+        }
+        setLive('server unreachable, retrying…', 'down');
+        await sleep(Math.min(10000, 500 * 2 ** Math.min(attempt, 5)));
+        if (sess !== state.session) return;
+      }
+    }
+    state.me = me;
+    document.body.classList.toggle('is-admin', me.role === 'admin');
+    const who = $('who');
+    who.replaceChildren(
+      el('span', { class: 'chip', title: 'tenant', text: me.tenant }),
+      el('span', { class: 'chip role-' + me.role, title: 'role', text: me.role }));
+    if (me.auth && me.name) who.append(el('span', { class: 'dim', text: me.name }));
+    if (!me.auth) who.append(el('span', { class: 'chip warn', title: 'the server runs without tokens: every caller is an admin', text: 'auth off' }));
+    $('signout').hidden = !me.auth;
+    $('login').hidden = true;
+    $('board').hidden = false;
+    $('empty-curl').textContent = curlExample(me);
+    render();
+    watchLoop(sess);
+  }
+
+  function curlExample(me) {
+    const base = location.origin + location.pathname.replace(/[^/]*$/, '');
+    const auth = me.auth ? "  -H \"Authorization: Bearer $COOLDOWND_TOKEN\" \\\n" : '';
+    const pre = me.auth ? '# with a client (or admin) token in $COOLDOWND_TOKEN\n' : '';
+    return pre +
+      'ID=$(head -c32 /dev/urandom | base64 -w0)\n' +
+      "curl -s -X POST -H 'Content-Type: application/json' \\\n" + auth +
+      '  ' + base + SVC + 'Admit \\\n' +
+      '  -d "{\\"candidates\\":[{\\"id\\":\\"$ID\\",\\"label\\":\\"openai gpt-4o\\"}]}"\n\n' +
+      "curl -s -X POST -H 'Content-Type: application/json' \\\n" + auth +
+      '  ' + base + SVC + 'Report \\\n' +
+      '  -d "{\\"connection\\":{\\"id\\":\\"$ID\\",\\"label\\":\\"openai gpt-4o\\"},\\"outcome\\":\\"OUTCOME_RATE_LIMITED\\",\\"retryAfter\\":\\"30s\\"}"';
+  }
+
+  // ---- wiring --------------------------------------------------------------
+
+  function init() {
+    $('login-form').addEventListener('submit', (e) => {
+      e.preventDefault();
+      const t = $('token-input').value.trim();
+      if (!t) return;
+      try { sessionStorage.setItem(TOKEN_KEY, t); } catch { /* private mode */ }
+      $('token-input').value = '';
+      $('login-error').textContent = '';
+      start();
+    });
+    $('signout').addEventListener('click', () => signOut(''));
+
+    $('filter').addEventListener('input', (e) => {
+      state.filter = e.target.value;
+      render();
+    });
+    $('filter').addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && e.target.value) {
+        e.target.value = '';
+        state.filter = '';
+        render();
+      } else if (e.key === 'ArrowDown') {
+        const first = $('rows').firstElementChild;
+        if (first) {
+          e.preventDefault();
+          first.focus();
+        }
+      }
+    });
+
+    for (const b of document.querySelectorAll('#conns th button[data-sort]')) {
+      b.addEventListener('click', () => {
+        const k = b.dataset.sort;
+        if (state.sort.key === k) state.sort.dir = -state.sort.dir;
+        else state.sort = { key: k, dir: 1 };
+        render();
+      });
+    }
+
+    const rows = $('rows');
+    rows.addEventListener('click', (e) => {
+      const btn = e.target.closest('button[data-action]');
+      if (btn) {
+        askConfirm(btn.dataset.action, btn.dataset.id);
+        return;
+      }
+      const tr = e.target.closest('tr[data-id]');
+      if (tr) openDetail(tr.dataset.id);
+    });
+    rows.addEventListener('keydown', (e) => {
+      const tr = e.target.closest('tr[data-id]');
+      if (!tr || e.target !== tr) return;
+      if (e.key === 'Enter' || e.key === ' ') {
+        e.preventDefault();
+        openDetail(tr.dataset.id);
+      } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+        e.preventDefault();
+        const next = e.key === 'ArrowDown' ? tr.nextElementSibling : tr.previousElementSibling;
+        if (next) next.focus();
+        else if (e.key === 'ArrowUp') $('filter').focus();
+      }
+    });
+
+    $('detail-actions').addEventListener('click', (e) => {
+      const btn = e.target.closest('button[data-action]');
+      if (btn) askConfirm(btn.dataset.action, btn.dataset.id);
+    });
+    $('detail-close').addEventListener('click', () => $('detail').close());
+    $('detail').addEventListener('close', () => {
+      const hex = state.detailId;
+      state.detailId = null;
+      const row = hex && state.rows.get(hex);
+      if (row && row.el && row.el.isConnected) row.el.focus();
+    });
+    $('detail').addEventListener('click', (e) => {
+      if (e.target === $('detail')) $('detail').close(); // a click on the backdrop
+    });
+
+    $('confirm-form').addEventListener('submit', (e) => {
+      e.preventDefault();
+      doConfirm();
+    });
+    $('confirm-cancel').addEventListener('click', () => $('confirm').close());
+    $('confirm').addEventListener('close', () => { state.confirm = null; });
+
+    document.addEventListener('keydown', (e) => {
+      const typing = e.target.closest && e.target.closest('input, select, textarea, dialog');
+      if (e.key === '/' && !typing && !$('board').hidden) {
+        e.preventDefault();
+        $('filter').focus();
+      }
+    });
+    document.addEventListener('visibilitychange', () => {
+      if (document.visibilityState === 'visible') refreshList();
+    });
+
+    setInterval(tick, TICK_MS);
+    // The stream carries state changes; the counters of a connection move
+    // with every report, so re-read the table now and then.
+    // Every 2 s for small tenants, 6 s up to 2000 connections, 30 s beyond.
+    let ticks = 0;
+    setInterval(() => {
+      ticks++;
+      if (document.visibilityState !== 'visible') return;
+      const every = state.rows.size < 200 ? 1 : state.rows.size < 2000 ? 3 : 15;
+      if (ticks % every === 0) refreshList();
+    }, 2000);
+
+    start();
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', init);
+  else init();
+})();
