@@ -4,6 +4,7 @@ package test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,9 +77,12 @@ func TestClusterSpreadsConnections(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, more)
 	assert.Len(t, snaps, 30)
+	var mu sync.Mutex // ForEachMaster runs the function concurrently
 	nodes := map[string]bool{}
 	require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		n, err := m.DBSize(ctx).Result()
+		mu.Lock()
+		defer mu.Unlock()
 		if n > 0 {
 			nodes[m.Options().Addr] = true
 		}

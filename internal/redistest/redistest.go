@@ -130,16 +130,20 @@ func Cluster(tb testing.TB) *redis.ClusterClient {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	ctx := context.Background()
-	for i := 0; ; i++ {
-		c := redis.NewClient(&redis.Options{Addr: addrs[0]})
-		info, err := c.ClusterInfo(ctx).Result()
-		_ = c.Close()
-		if err == nil && clusterOK(info) {
-			break
-		} else if i == 200 {
-			tb.Fatalf("cluster not ok after 10s: %v %s", err, info)
+	// Every node must agree the cluster is up, or the first commands can
+	// still meet CLUSTERDOWN.
+	for _, addr := range addrs {
+		for i := 0; ; i++ {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			info, err := c.ClusterInfo(ctx).Result()
+			_ = c.Close()
+			if err == nil && clusterOK(info) {
+				break
+			} else if i == 200 {
+				tb.Fatalf("cluster node %s not ok after 10s: %v %s", addr, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	tb.Cleanup(func() { _ = cc.Close() })
