@@ -157,6 +157,9 @@ func TestTenantIsolation(t *testing.T) {
 			go func() {
 				defer close(recv)
 				for stream.Receive() {
+					if stream.Msg().GetConnection() == nil {
+						continue // a heartbeat
+					}
 					recv <- stream.Msg()
 				}
 			}()

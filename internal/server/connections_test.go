@@ -309,6 +309,9 @@ func TestWatchConnections(t *testing.T) {
 			go func() {
 				defer close(msgs)
 				for stream.Receive() {
+					if stream.Msg().GetConnection() == nil {
+						continue // a heartbeat
+					}
 					msgs <- stream.Msg()
 				}
 			}()

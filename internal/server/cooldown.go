@@ -215,6 +215,11 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 			after = snaps[len(snaps)-1].ID.String()
 		}
 	}
+	// One heartbeat now flushes the response headers, so a client knows the
+	// subscription is live even when there is nothing to send yet.
+	if err := stream.Send(&cooldownv1.WatchConnectionsResponse{}); err != nil {
+		return err
+	}
 	heartbeat := time.NewTicker(s.heartbeat)
 	defer heartbeat.Stop()
 	for {

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,6 +131,31 @@ func TestMetricsFromAnswers(t *testing.T) {
 	m = scrape(t, hs.URL)
 	assert.Equal(t, 1.0, m["cooldownd_redis_duration_seconds{op=evalsha}"])
 	assert.Equal(t, 1.0, m["cooldownd_redis_duration_seconds{op=other}"])
+
+	// The sample Grafana dashboard only queries metrics that exist.
+	families := map[string]bool{}
+	for k := range m {
+		families[k[:strings.IndexByte(k, '{')]] = true
+	}
+	js, err := os.ReadFile(filepath.Join("..", "..", "docs", "grafana", "cooldownd.json"))
+	require.NoError(t, err)
+	var dash struct {
+		Panels []struct {
+			Targets []struct{ Expr string } `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(js, &dash))
+	queried := 0
+	for _, p := range dash.Panels {
+		for _, tg := range p.Targets {
+			for _, name := range regexp.MustCompile(`\b(cooldownd_[a-z_]+|go_build_info)\b`).FindAllString(tg.Expr, -1) {
+				queried++
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_count"), "_sum")
+				assert.True(t, families[base], "the Grafana dashboard queries %s, which /metrics does not serve", name)
+			}
+		}
+	}
+	assert.Greater(t, queried, 15)
 
 	// No series carries a connection id.
 	for k := range m {

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -52,7 +53,9 @@ func TestReflection(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			rc := grpcreflect.NewClient(e.http.Client(), e.http.URL, p.opts...)
-			stream := rc.NewStream(t.Context())
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // never hang the suite
+			defer cancel()
+			stream := rc.NewStream(ctx)
 			t.Cleanup(func() { _, _ = stream.Close() })
 			names, err := stream.ListServices()
 			require.NoError(t, err)

@@ -45,20 +45,44 @@ func connKeys(l keys.Layout, maxProbes int) []string {
 	return ks
 }
 
+// policyArgs is ARGV[2..16]: the policy, idle TTL and history cap, as
+// strings. They are the same for every call with one policy, so they are
+// formatted once and reused (no per-request boxing).
+func (s *Store) policyArgs(p breaker.Policy) []any {
+	if cached, ok := s.argCache.Load(p); ok {
+		if a, ok := cached.([]any); ok {
+			return a
+		}
+	}
+	a := []any{}
+	for _, n := range []int64{
+		int64(p.ConsecutiveFailures), p.RateBasisPoints(), int64(p.MinCalls), p.Window.Milliseconds(),
+		p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds(),
+	} {
+		a = append(a, strconv.FormatInt(n, 10))
+	}
+	a = append(a, strconv.FormatFloat(p.Jitter, 'g', -1, 64))
+	for _, n := range []int64{
+		p.RateLimitDefault.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
+		p.AuthBlock.Milliseconds(), int64(p.MaxProbes), p.LeaseTTL.Milliseconds(), s.idle.Milliseconds(), int64(s.history),
+	} {
+		a = append(a, strconv.FormatInt(n, 10))
+	}
+	s.argCache.Store(p, a)
+	return a
+}
+
 // args builds ARGV: the prelude's common part, then the operation's own.
 func (s *Store) args(p breaker.Policy, l keys.Layout, op ...any) []any {
-	var now int64
+	now := "0"
 	if s.clock != nil {
-		now = s.clock().UnixMilli()
+		now = strconv.FormatInt(s.clock().UnixMilli(), 10)
 	}
-	a := make([]any, 0, 18+len(op))
-	a = append(a, now,
-		p.ConsecutiveFailures, p.RateBasisPoints(), p.MinCalls, p.Window.Milliseconds(),
-		p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds(), strconv.FormatFloat(p.Jitter, 'g', -1, 64),
-		p.RateLimitDefault.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
-		p.AuthBlock.Milliseconds(), p.MaxProbes, p.LeaseTTL.Milliseconds(),
-		s.idle.Milliseconds(), s.history, keys.Channel(l.Tenant), l.ID.String(),
-	)
+	pa := s.policyArgs(p)
+	a := make([]any, 0, 3+len(pa)+len(op))
+	a = append(a, now)
+	a = append(a, pa...)
+	a = append(a, keys.Channel(l.Tenant), l.ID.String())
 	return append(a, op...)
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bsm/redislock"
@@ -60,6 +61,7 @@ type Store struct {
 	nonce     func() string
 	jitter    func() int64
 	maxConns  int
+	argCache  sync.Map // breaker.Policy → []any, see policyArgs
 }
 
 // New returns a Store on rdb (a single, Sentinel-failover or Cluster

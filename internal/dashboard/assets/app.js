@@ -303,7 +303,6 @@
   function fillRow(row) {
     const m = row.m, tr = row.el;
     tr.dataset.state = m.state;
-    tr.setAttribute('aria-label', (m.label || m.short) + ', ' + m.state);
     const lab = cell(tr, 'label');
     lab.textContent = m.label || '(no label)';
     lab.classList.toggle('dim', !m.label);
@@ -393,7 +392,7 @@
     if (f && shown.length !== all.length) sum += ' · showing ' + shown.length;
     $('summary').textContent = state.loaded ? sum : 'loading…';
     $('empty').hidden = !state.loaded || all.length > 0;
-    $('conns').hidden = state.loaded && all.length === 0;
+    $('conns').parentElement.hidden = state.loaded && all.length === 0;
     $('nomatch').hidden = all.length === 0 || shown.length > 0;
     for (const th of document.querySelectorAll('#conns th[data-key]')) {
       const on = th.dataset.key === state.sort.key;

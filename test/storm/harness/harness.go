@@ -339,7 +339,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 		bgWG.Go(func() { res.Open, res.Polls, pollErr = h.poll(bg, runID) })
 	}
 	if sc.Kill {
-		bgWG.Go(func() { killed.Store(h.killer(bg, res.T0.Add(sc.KillFrom), provURL, workers, st)) })
+		bgWG.Go(func() { h.killer(bg, res.T0.Add(sc.KillFrom), provURL, workers, st, killed.Store) })
 	}
 
 	for i, p := range workers {
@@ -441,10 +441,10 @@ func (h *Harness) poll(ctx context.Context, runID string) (map[string][]Interval
 
 // killer SIGKILLs the first worker seen holding a probe on the primary
 // (any request when the strategy has no probes) that arrived at or after
-// from, and returns what it killed (nil: nothing).
-func (h *Harness) killer(ctx context.Context, from time.Time, provURL string, workers []*proc, st worker.Strategy) *Kill {
+// from. It calls record with what it kills just before killing it.
+func (h *Harness) killer(ctx context.Context, from time.Time, provURL string, workers []*proc, st worker.Strategy, record func(*Kill)) {
 	if err := sleepCtx(ctx, time.Until(from)); err != nil {
-		return nil
+		return
 	}
 	hc := &http.Client{Timeout: time.Second}
 	for ctx.Err() == nil {
@@ -460,14 +460,13 @@ func (h *Harness) killer(ctx context.Context, from time.Time, provURL string, wo
 			if time.Unix(0, a.At).Before(from) {
 				continue
 			}
+			record(&Kill{Worker: a.Worker, Seq: a.Seq, At: time.Now()})
 			workers[a.Worker].kill()
-			k := &Kill{Worker: a.Worker, Seq: a.Seq, At: time.Now()}
 			h.opts.Logf("killed worker %d holding request %d (probe=%v)", a.Worker, a.Seq, a.Probe)
-			return k
+			return
 		}
 		_ = sleepCtx(ctx, 5*time.Millisecond)
 	}
-	return nil
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
