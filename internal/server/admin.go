@@ -32,6 +32,7 @@ func (s adminService) ResetConnection(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	s.metrics.transitionsOf(snap.Events)
 	s.log.InfoContext(ctx, "connection reset", "tenant", who.Tenant, "id", id.Short(), "actor", who.Name)
 	return connect.NewResponse(&cooldownv1.ResetConnectionResponse{Connection: stateProto(snap)}), nil
 }
@@ -72,6 +73,7 @@ func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	s.metrics.transitionsOf(snap.Events)
 	s.log.InfoContext(ctx, "connection override", "tenant", who.Tenant, "id", id.Short(), "override", m.GetOverride().String(), "actor", who.Name)
 	return connect.NewResponse(&cooldownv1.ForceConnectionResponse{Connection: stateProto(snap)}), nil
 }

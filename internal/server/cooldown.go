@@ -47,6 +47,7 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 			RetryAfter: dur(d.RetryAfter), State: cooldownv1.State(d.Phase), Revision: d.Revision,
 		})
 		s.metrics.admit(d)
+		s.metrics.transitionsOf(d.Events)
 	}
 	d := ds[idx]
 	out.Decision = cooldownv1.Decision(d.Decision)
@@ -102,6 +103,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 		return nil, toConnect(err)
 	}
 	s.metrics.report(o, res.Accepted)
+	s.metrics.transitionsOf(res.Events)
 	return connect.NewResponse(&cooldownv1.ReportResponse{
 		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
 	}), nil

@@ -72,10 +72,8 @@ func newMetrics() *Metrics {
 		}, []string{"procedure", "code"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cooldownd_transitions_total",
-			Help: "State changes this replica applied, by new state and cause. Reports that changed the state and admin " +
-				"overrides count; moves to half-open that Admit applies when an open period ends are not counted here " +
-				"(see cooldownd_probes_granted_total).",
-		}, []string{"to", "cause"}),
+			Help: "State changes this replica applied (through Admit, Report, overrides), by old state, new state and cause.",
+		}, []string{"from", "to", "cause"}),
 		probes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cooldownd_probes_granted_total", Help: "Probe leases granted (Admit decisions ALLOW_PROBE).",
 		}),
@@ -250,55 +248,21 @@ func (m *Metrics) count(req, res any) {
 				m.probes.Inc()
 			}
 		}
-	case *cooldownv1.ReportResponse:
-		if r.GetChanged() {
-			rq, _ := req.(*cooldownv1.ReportRequest)
-			to := breaker.Phase(r.GetState())
-			m.transitions.WithLabelValues(to.String(), reportCause(breaker.Outcome(rq.GetOutcome()), to).String()).Inc()
-		}
 	case *cooldownv1.ResetConnectionResponse:
 		m.overrides.WithLabelValues("reset").Inc()
-		m.transitions.WithLabelValues(breaker.Closed.String(), breaker.CauseReset.String()).Inc()
 	case *cooldownv1.ForceConnectionResponse:
 		rq, _ := req.(*cooldownv1.ForceConnectionRequest)
 		switch rq.GetOverride() {
 		case cooldownv1.Override_OVERRIDE_FORCED_OPEN:
 			m.overrides.WithLabelValues("force_open").Inc()
-			m.transitions.WithLabelValues(breaker.Open.String(), breaker.CauseForced.String()).Inc()
 		case cooldownv1.Override_OVERRIDE_FORCED_CLOSED:
 			m.overrides.WithLabelValues("force_closed").Inc()
-			m.transitions.WithLabelValues(breaker.Closed.String(), breaker.CauseForced.String()).Inc()
 		default:
 			m.overrides.WithLabelValues("clear").Inc()
-			m.transitions.WithLabelValues(breaker.Closed.String(), breaker.CauseReset.String()).Inc()
 		}
 	}
 }
 
-// reportCause is the cause of a state change that a report with outcome o
-// made, judged from the new state: the report answer does not carry it.
-func reportCause(o breaker.Outcome, to breaker.Phase) breaker.Cause {
-	switch to {
-	case breaker.Closed:
-		return breaker.CauseProbeSuccess
-	case breaker.HalfOpen:
-		return breaker.CauseOpenExpired
-	}
-	switch o {
-	case breaker.OutcomeRateLimited:
-		return breaker.CauseRateLimit
-	case breaker.OutcomeOverloaded:
-		return breaker.CauseOverload
-	case breaker.OutcomeQuotaExhausted:
-		return breaker.CauseQuota
-	case breaker.OutcomeAuthFailure:
-		return breaker.CauseAuth
-	case breaker.OutcomeTransientFailure:
-		return breaker.CauseBreaker
-	}
-	// A success or client error that opens carries a Retry-After hint.
-	return breaker.CauseRateLimit
-}
 
 // connCollector exports cooldownd_connections{tenant,state} and
 // cooldownd_connections_open{tenant,cause} by listing the connections of
@@ -399,4 +363,11 @@ func (c *connCollector) list(tenants []string) []prometheus.Metric {
 		out = append(out, prometheus.MustNewConstMetric(c.truncated, prometheus.GaugeValue, t, tenant))
 	}
 	return out
+}
+
+// transitions counts the state changes one operation applied.
+func (m *Metrics) transitionsOf(evs []breaker.Event) {
+	for _, e := range evs {
+		m.transitions.WithLabelValues(e.From.String(), e.To.String(), e.Cause.String()).Inc()
+	}
 }

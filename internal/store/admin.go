@@ -20,6 +20,8 @@ type Snapshot struct {
 	Now    time.Time
 	// Exists is false for a connection never reported on.
 	Exists bool
+	// Events are the transitions an override or reset applied.
+	Events []breaker.Event
 }
 
 // Transition is one recorded state change.
@@ -101,11 +103,12 @@ func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, 
 	l := c.layout()
 	r := newReply(scriptForce.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, code, d, actor, reason)...).Result())
 	st, now, label := r.state()
+	evs := r.events()
 	if r.err != nil {
 		return Snapshot{}, unavailable("force", r.err)
 	}
 	if err := s.rdb.ZAdd(ctx, keys.Index(tenant), zmember(id)).Err(); err != nil {
 		return Snapshot{}, unavailable("index", err)
 	}
-	return Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true}, nil
+	return Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true, Events: evs}, nil
 }

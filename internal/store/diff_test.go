@@ -99,6 +99,7 @@ func (w *world) step(ctx context.Context, k int) string {
 		want, evs := m.Admit(w.policy, w.now, w.nonce)
 		w.events[i] = append(w.events[i], evs...)
 		desc := fmt.Sprintf("admit %d → %+v", i, want)
+		require.Equal(w.t, shapes(evs), shapes(got.Events), desc)
 		require.Equal(w.t, want.Decision, got.Decision, desc)
 		require.Equal(w.t, want.Reason, got.Reason, desc)
 		require.Equal(w.t, want.Revision, got.Revision, desc)
@@ -132,6 +133,7 @@ func (w *world) step(ctx context.Context, k int) string {
 		want, evs := m.Report(w.policy, w.now, rep, float64(w.jitter)/1e6)
 		w.events[i] = append(w.events[i], evs...)
 		desc := fmt.Sprintf("report %d %+v → %+v", i, rep, want)
+		require.Equal(w.t, shapes(evs), shapes(got.Events), desc)
 		require.Equal(w.t, want, got.ReportResult, desc)
 		require.Equal(w.t, m.Revision, got.Revision, desc)
 		return desc
@@ -226,6 +228,15 @@ func pickOutcome(rng *rand.Rand) breaker.Outcome {
 		n -= x.w
 	}
 	return breaker.OutcomeSuccess
+}
+
+// shapes keeps what the scripts return of events: from, to, cause.
+func shapes(evs []breaker.Event) []breaker.Event {
+	var out []breaker.Event
+	for _, e := range evs {
+		out = append(out, breaker.Event{From: e.From, To: e.To, Cause: e.Cause})
+	}
+	return out
 }
 
 func cloneState(s *breaker.State) breaker.State {

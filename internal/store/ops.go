@@ -28,6 +28,9 @@ type Decision struct {
 	LeaseExpires time.Time
 	// Now is the server clock at the decision.
 	Now time.Time
+	// Events are the transitions the decision applied (an open period
+	// ending, an override expiring).
+	Events []breaker.Event
 }
 
 // Admit decides whether one call to c may go now: one round trip.
@@ -43,6 +46,7 @@ func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
 	lexp := r.int()
 	d.Now = time.UnixMilli(r.int())
 	_ = r.int() // changed
+	d.Events = r.events()
 	if r.err != nil {
 		return Decision{}, unavailable("admit", r.err)
 	}
@@ -82,6 +86,8 @@ type ReportResult struct {
 	Phase    breaker.Phase
 	// Created is true when the report created the connection's state.
 	Created bool
+	// Events are the transitions the report applied.
+	Events []breaker.Event
 }
 
 // Report applies the outcome of one call: one round trip (plus an index
@@ -98,6 +104,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	res.Revision = uint64(r.int())
 	res.Phase = breaker.Phase(r.int())
 	_ = r.int() // now
+	res.Events = r.events()
 	if r.err != nil {
 		return ReportResult{}, unavailable("report", r.err)
 	}

@@ -161,3 +161,14 @@ func (r *reply) state() (breaker.State, int64, string) {
 	}
 	return st, now, label
 }
+
+// events decodes with_events: the transitions a script applied (time and
+// revision are not carried; the history has them).
+func (r *reply) events() []breaker.Event {
+	n := r.int()
+	var evs []breaker.Event
+	for range n {
+		evs = append(evs, breaker.Event{From: breaker.Phase(r.int()), To: breaker.Phase(r.int()), Cause: breaker.Cause(r.int())})
+	}
+	return evs
+}

@@ -1,5 +1,5 @@
 -- admit: ARGV[19] nonce for a probe lease token.
--- Returns {decision, reason, retry_after_ms, revision, phase, lease_token, lease_expires, now, changed}.
+-- Returns {decision, reason, retry_after_ms, revision, phase, lease_token, lease_expires, now, changed, events...}.
 local s = load()
 settle(s)
 local dec, reason, ra, tok, lexp = 0, 0, 0, '', 0
@@ -38,4 +38,4 @@ if changed then
   save(s)
   emit()
 end
-return {dec, reason, ra, s.rv, s.ph, tok, lexp, now, changed and 1 or 0}
+return with_events({dec, reason, ra, s.rv, s.ph, tok, lexp, now, changed and 1 or 0})

@@ -7,5 +7,5 @@ if #events > 0 then
   emit()
 end
 local l = find_lease(s, ARGV[19])
-if l then return {l.slot, now} end
-return {-1, now}
+if l then return with_events({l.slot, now}) end
+return with_events({-1, now})

@@ -1,6 +1,6 @@
 -- force: ARGV[19] override (0 clear, 1 forced open, 2 forced closed, 3 reset),
 -- ARGV[20] duration ms from now (0: until changed), ARGV[21] actor, ARGV[22] reason.
--- Returns the encoded state.
+-- Returns the encoded state, then the events.
 local s = load()
 settle(s)
 local o, d, actor, reason = tonumber(ARGV[19]), tonumber(ARGV[20]), ARGV[21], ARGV[22]
@@ -26,4 +26,4 @@ else
 end
 save(s)
 emit()
-return encode(s)
+return with_events(encode(s))

@@ -126,3 +126,15 @@ local function encode(s)
   end
   return out
 end
+
+-- with_events appends the transitions of this call: n, then from, to, cause
+-- for each (the server counts them in its metrics).
+local function with_events(out)
+  out[#out + 1] = #events
+  for _, ev in ipairs(events) do
+    out[#out + 1] = ev.from
+    out[#out + 1] = ev.to
+    out[#out + 1] = ev.cause
+  end
+  return out
+end

@@ -1,7 +1,7 @@
 -- report: ARGV[19] revision, ARGV[20] lease token, ARGV[21] outcome,
 -- ARGV[22] retry_after ms, ARGV[23] http status, ARGV[24] error code,
 -- ARGV[25] label ('' keeps the stored one), ARGV[26] jitter in millionths.
--- Returns {accepted, changed, created, revision, phase, now}.
+-- Returns {accepted, changed, created, revision, phase, now, events...}.
 local s = load()
 local created = not s.exists
 settle(s)
@@ -93,4 +93,4 @@ if outcome ~= 8 and s.ov == 0 then
 end
 save(s)
 emit()
-return {accepted and 1 or 0, (#events > before) and 1 or 0, created and 1 or 0, s.rv, s.ph, now}
+return with_events({accepted and 1 or 0, (#events > before) and 1 or 0, created and 1 or 0, s.rv, s.ph, now})
