@@ -263,7 +263,6 @@ func (m *Metrics) count(req, res any) {
 	}
 }
 
-
 // connCollector exports cooldownd_connections{tenant,state} and
 // cooldownd_connections_open{tenant,cause} by listing the connections of
 // the tenants this replica has served, at most every connScrapeTTL.
