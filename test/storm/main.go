@@ -114,16 +114,16 @@ func bench(args []string, stdout, stderr io.Writer) error {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(stderr, "storm: %s "+format+"\n", append([]any{time.Since(began).Round(100 * time.Millisecond)}, args...)...)
 	}
-	logf("building cooldownd")
-	cd, err := harness.Build(ctx, dir, "github.com/cooldownd/cooldownd/cmd/cooldownd")
-	if err != nil {
-		return err
-	}
-	opts := harness.Options{StormBin: self, CooldowndBin: cd, RedisAddr: *redis, K: *k, P: *procs, G: *g,
-		Policy: p, Timing: t, Dir: dir, Logf: logf}
-	opts.NoCooldownd = true
+	opts := harness.Options{StormBin: self, RedisAddr: *redis, K: *k, P: *procs, G: *g,
+		Policy: p, Timing: t, Dir: dir, Logf: logf, NoCooldownd: true}
 	for _, s := range sts {
 		opts.NoCooldownd = opts.NoCooldownd && s != worker.Cooldownd
+	}
+	if !opts.NoCooldownd {
+		logf("building cooldownd")
+		if opts.CooldowndBin, err = harness.Build(ctx, dir, "github.com/cooldownd/cooldownd/cmd/cooldownd"); err != nil {
+			return err
+		}
 	}
 	h, err := harness.Start(ctx, opts)
 	if err != nil {

@@ -163,7 +163,7 @@ func Check(r *Result) []Violation {
 // checkLease checks that after the probe holder was killed the next probe
 // came only once its lease had expired, and soon after.
 func (r *Result) checkLease() []Violation {
-	if r.Kill == nil {
+	if r.Kill == nil || r.Kill.Seq < 0 || r.Kill.Seq >= len(r.Arrivals) {
 		return []Violation{{Property: PropLease, Count: 1, Detail: "no probe holder was seen to kill"}}
 	}
 	killed := r.Arrivals[r.Kill.Seq]

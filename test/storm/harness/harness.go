@@ -303,8 +303,12 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 		}
 		workers = append(workers, p)
 		t := o.Timing
+		replica := ""
+		if st == worker.Cooldownd {
+			replica = h.replicas[i%len(h.replicas)] // each process its replica, in turn
+		}
 		cfg := worker.Config{
-			ID: i, Strategy: st, Cooldownd: h.replicas[i%len(h.replicas)], Provider: provURL, RunID: runID,
+			ID: i, Strategy: st, Cooldownd: replica, Provider: provURL, RunID: runID,
 			Goroutines: o.G, Fallback: sc.Fallback, Policy: o.Policy, MaxRetries: t.MaxRetries,
 			BackoffBase: t.BackoffBase, BackoffCap: t.BackoffCap, AdmitTimeout: t.AdmitTimeout,
 			AttemptTimeout: t.AttemptTimeout, Deadline: t.Deadline, Think: t.Think, Duration: sc.Duration,
