@@ -2,7 +2,7 @@
 BUF := npx --yes @bufbuild/buf@1.75.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test generate check-generate lint fuzz bench build
+.PHONY: test generate check-generate lint fuzz bench storm build
 
 ## test: run the whole test suite (unit, real-Redis integration, e2e).
 test:
@@ -37,9 +37,13 @@ fuzz:
 		go test -run="^$$" -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg || exit 1; \
 	done
 
-## bench: run the benchmarks and print their figures.
+## bench: run the Go benchmarks (real Redis) and print their figures.
 bench:
 	go test -run='^$$' -bench=. -benchmem ./...
+
+## storm: the multi-process outage-storm benchmark (about 2 minutes; see docs/storm.md).
+storm:
+	go run ./test/storm
 
 build:
 	go build -o bin/cooldownd ./cmd/cooldownd
