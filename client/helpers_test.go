@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cooldownd/cooldownd/internal/logtest"
+
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
@@ -190,23 +192,7 @@ func (p *provider) get() func(ctx context.Context) (*http.Response, error) {
 	}
 }
 
-// logBuffer collects slog output safely across goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer = logtest.Buffer
 
 // newLogger returns a debug-level text logger writing to a new buffer.
 func newLogger() (*slog.Logger, *logBuffer) {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cooldownd/cooldownd/internal/logtest"
+
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,23 +37,7 @@ const (
 	promptCanary = "PROMPT-CANARY-what-is-the-secret-plan"
 )
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logtest.Buffer
 
 // canaryForms are the ways a canary could leak: raw, hex, base64.
 func canaryForms(s string) []string {

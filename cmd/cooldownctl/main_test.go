@@ -12,9 +12,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/cooldownd/cooldownd/internal/logtest"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/assert"
@@ -402,22 +403,7 @@ func waitOutput(t *testing.T, out *syncBuffer, substr string) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logtest.Buffer
 
 func TestHuman(t *testing.T) {
 	t.Parallel()

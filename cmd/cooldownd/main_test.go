@@ -11,10 +11,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cooldownd/cooldownd/internal/logtest"
 
 	"connectrpc.com/connect"
 	"github.com/redis/go-redis/v9"
@@ -27,23 +28,7 @@ import (
 	"github.com/cooldownd/cooldownd/internal/redistest"
 )
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logtest.Buffer
 
 // instance is one run() in the test process.
 type instance struct {

@@ -1,17 +1,17 @@
 package dashboard_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cooldownd/cooldownd/internal/logtest"
 
 	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
@@ -315,26 +315,4 @@ func TestDashboardEmptyState(t *testing.T) {
 	assert.Equal(t, "ascending", eval[string](t, ctx, `document.querySelector('th[data-key="label"]').getAttribute('aria-sort')`))
 }
 
-// syncBuffer collects chromium's output from its goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.TrimSpace(s.b.String())
-}
+type syncBuffer = logtest.Buffer

@@ -7,10 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cooldownd/cooldownd/internal/logtest"
 
 	"connectrpc.com/connect"
 	"github.com/alicebob/miniredis/v2"
@@ -216,20 +217,4 @@ func (e *env) get(t *testing.T, path string) (int, string) {
 	return res.StatusCode, b.String()
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+type syncBuffer = logtest.Buffer
