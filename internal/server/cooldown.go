@@ -48,6 +48,9 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 		})
 		s.metrics.admit(d)
 		s.metrics.transitionsOf(d.Events)
+		if d.LeaseExpired {
+			s.metrics.expired.Inc()
+		}
 	}
 	d := ds[idx]
 	out.Decision = cooldownv1.Decision(d.Decision)

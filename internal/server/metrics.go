@@ -46,6 +46,7 @@ type Metrics struct {
 	rpc         *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
 	probes      prometheus.Counter
+	expired     prometheus.Counter
 	overrides   *prometheus.CounterVec
 	watchers    prometheus.Gauge
 	redis       *prometheus.HistogramVec
@@ -77,6 +78,10 @@ func newMetrics() *Metrics {
 		probes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "cooldownd_probes_granted_total", Help: "Probe leases granted (Admit decisions ALLOW_PROBE).",
 		}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cooldownd_probes_expired_total",
+			Help: "Probe leases that lapsed without a report (the holder died or hung), counted when their slot is granted again.",
+		}),
 		overrides: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cooldownd_overrides_total", Help: "Admin overrides by action (reset, force_open, force_closed, clear).",
 		}, []string{"action"}),
@@ -92,7 +97,7 @@ func newMetrics() *Metrics {
 		}),
 		tenants: map[string]struct{}{},
 	}
-	m.reg.MustRegister(m.admits, m.reports, m.rpc, m.transitions, m.probes, m.overrides, m.watchers, m.redis, m.listErrors,
+	m.reg.MustRegister(m.admits, m.reports, m.rpc, m.transitions, m.probes, m.expired, m.overrides, m.watchers, m.redis, m.listErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	return m
 }

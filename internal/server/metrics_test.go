@@ -71,7 +71,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // "default").
 func TestMetricsFromAnswers(t *testing.T) {
 	t.Parallel()
-	_, rdb := redistest.Mini(t)
+	mini, rdb := redistest.Mini(t)
 	st, err := store.New(rdb, store.Options{})
 	require.NoError(t, err)
 	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
@@ -103,6 +103,13 @@ func TestMetricsFromAnswers(t *testing.T) {
 	adm1, err := api.Admit(ctx, connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: c}}}))
 	require.NoError(t, err)
 	require.Equal(t, cooldownv1.Decision_DECISION_ALLOW_PROBE, adm1.Msg.GetDecision())
+	// The probe's holder dies: its 30 s lease lapses, and the next caller
+	// takes the slot over.
+	mini.FastForward(31 * time.Second)
+	mini.SetTime(time.Now().Add(31 * time.Second))
+	adm2, err := api.Admit(ctx, connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: c}}}))
+	require.NoError(t, err)
+	require.Equal(t, cooldownv1.Decision_DECISION_ALLOW_PROBE, adm2.Msg.GetDecision())
 	_, err = adm.ResetConnection(ctx, connect.NewRequest(&cooldownv1.ResetConnectionRequest{Id: b, Reason: "x"}))
 	require.NoError(t, err)
 	_, err = adm.ForceConnection(ctx, connect.NewRequest(&cooldownv1.ForceConnectionRequest{Id: b, Override: cooldownv1.Override_OVERRIDE_FORCED_OPEN}))
@@ -114,7 +121,8 @@ func TestMetricsFromAnswers(t *testing.T) {
 	assert.Equal(t, 1.0, m["cooldownd_transitions_total{cause=open_expired,from=open,to=half_open}"], "Admit's own transition")
 	assert.Equal(t, 1.0, m["cooldownd_transitions_total{cause=reset,from=open,to=closed}"])
 	assert.Equal(t, 1.0, m["cooldownd_transitions_total{cause=forced,from=closed,to=open}"])
-	assert.Equal(t, 1.0, m["cooldownd_probes_granted_total{}"])
+	assert.Equal(t, 2.0, m["cooldownd_probes_granted_total{}"])
+	assert.Equal(t, 1.0, m["cooldownd_probes_expired_total{}"], "the first probe's lease lapsed")
 	assert.Equal(t, 1.0, m["cooldownd_overrides_total{action=reset}"])
 	assert.Equal(t, 1.0, m["cooldownd_overrides_total{action=force_open}"])
 	assert.Equal(t, 2.0, m["cooldownd_connections{state=open,tenant=default}"], "a (rate limit) and b (forced)")

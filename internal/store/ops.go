@@ -31,6 +31,9 @@ type Decision struct {
 	// Events are the transitions the decision applied (an open period
 	// ending, an override expiring).
 	Events []breaker.Event
+	// LeaseExpired is true when this probe grant took the slot of a lease
+	// that lapsed unsettled: its holder never reported (it died or hung).
+	LeaseExpired bool
 }
 
 // Admit decides whether one call to c may go now: one round trip.
@@ -46,6 +49,7 @@ func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
 	lexp := r.int()
 	d.Now = time.UnixMilli(r.int())
 	_ = r.int() // changed
+	d.LeaseExpired = r.int() == 1
 	d.Events = r.events()
 	if r.err != nil {
 		return Decision{}, unavailable("admit", r.err)

@@ -195,3 +195,40 @@ func TestTenantConnectionCap(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, snap.Exists, "the refused connection left nothing behind")
 }
+
+func TestLapsedLeaseIsNoticedAtTheNextGrant(t *testing.T) {
+	t.Parallel()
+	m, rdb := redistest.Mini(t)
+	p := fastPolicy()
+	p.MaxProbes = 1
+	st, err := store.New(rdb, store.Options{Policy: &p})
+	require.NoError(t, err)
+	ctx := context.Background()
+	c := store.Conn{Tenant: "t", ID: testID(4)}
+	now := time.Now()
+	advance := func(d time.Duration) {
+		now = now.Add(d)
+		m.SetTime(now)
+		m.FastForward(d)
+	}
+	advance(0)
+	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 100})
+	require.NoError(t, err)
+	advance(150 * time.Millisecond)
+	first, err := st.Admit(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, breaker.AllowProbe, first.Decision)
+	assert.False(t, first.LeaseExpired)
+	advance(400 * time.Millisecond) // past the 300 ms lease: its holder died
+	second, err := st.Admit(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, breaker.AllowProbe, second.Decision)
+	assert.True(t, second.LeaseExpired, "the lapsed lease is counted")
+	// A settled probe is not counted as expired.
+	_, err = st.Report(ctx, c, breaker.Report{Revision: second.Revision, LeaseToken: second.LeaseToken, Outcome: breaker.OutcomeCanceled})
+	require.NoError(t, err)
+	third, err := st.Admit(ctx, c)
+	require.NoError(t, err)
+	require.Equal(t, breaker.AllowProbe, third.Decision)
+	assert.False(t, third.LeaseExpired, "a canceled probe released its lease")
+}

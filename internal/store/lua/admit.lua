@@ -1,8 +1,8 @@
 -- admit: ARGV[19] nonce for a probe lease token.
--- Returns {decision, reason, retry_after_ms, revision, phase, lease_token, lease_expires, now, changed, events...}.
+-- Returns {decision, reason, retry_after_ms, revision, phase, lease_token, lease_expires, now, changed, expired, events...}.
 local s = load()
 settle(s)
-local dec, reason, ra, tok, lexp = 0, 0, 0, '', 0
+local dec, reason, ra, tok, lexp, expired = 0, 0, 0, '', 0, 0
 if s.ov == 1 then
   dec, reason = 3, 6
   if s.ovu > 0 then ra = s.ovu - now else ra = P.om end
@@ -30,6 +30,11 @@ else
     lexp = now + P.ttl
     -- the lease key is a github.com/bsm/redislock lock: value = token.
     redis.call('SET', KEYS[3 + slot], tok, 'PX', P.ttl)
+    -- lt<slot> remembers the slot's unsettled grant: a grant that finds
+    -- one there means that lease lapsed without a report (its holder died).
+    local field = 'lt' .. slot
+    if redis.call('HEXISTS', S, field) == 1 then expired = 1 end
+    redis.call('HSET', S, field, tok)
     dec = 2
   end
 end
@@ -38,4 +43,4 @@ if changed then
   save(s)
   emit()
 end
-return with_events({dec, reason, ra, s.rv, s.ph, tok, lexp, now, changed and 1 or 0})
+return with_events({dec, reason, ra, s.rv, s.ph, tok, lexp, now, changed and 1 or 0, expired})

@@ -71,7 +71,10 @@ local function transition(s, to, cause, actor, reason)
   s.rv = s.rv + 1
   local ev = {id = ID, at = now, from = s.ph, to = to, cause = cause, rev = s.rv, actor = actor or '', reason = reason or ''}
   s.ph, s.ca, s.cat, s.sc, s.fc = to, cause, now, 0, 0
-  for i = 1, P.mp do redis.call('DEL', KEYS[2 + i]) end
+  for i = 1, P.mp do
+    redis.call('DEL', KEYS[2 + i])
+    redis.call('HDEL', S, 'lt' .. (i - 1))
+  end
   s.leases = {}
   if to ~= OPEN then s.ou = 0 end
   table.insert(events, ev)

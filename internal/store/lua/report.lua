@@ -11,7 +11,10 @@ s.uat, s.ls, s.lo, s.le = now, tonumber(ARGV[23]), outcome, ARGV[24]
 if ARGV[25] ~= '' then s.lb = ARGV[25] end
 local lease = find_lease(s, token)
 local accepted = lease ~= nil or rev == s.rv
-if lease then redis.call('DEL', KEYS[3 + lease.slot]) end
+if lease then
+  redis.call('DEL', KEYS[3 + lease.slot])
+  redis.call('HDEL', S, 'lt' .. lease.slot)
+end
 local before = #events
 
 local function open_duration()
