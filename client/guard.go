@@ -15,10 +15,6 @@ import (
 // overloadFloor is the least delay before retrying an overloaded provider.
 const overloadFloor = 5 * time.Second
 
-// probePoll is how often a caller denied because a probe is in flight asks
-// again: the probe may end long before its lease would.
-const probePoll = time.Second
-
 // minDenyWait is the least wait after a denial, so that a denial that is
 // about to end does not turn into a burst of Admits.
 const minDenyWait = 10 * time.Millisecond
@@ -184,7 +180,7 @@ func (c *Client) denyWait(ctx context.Context, a Admission, waited time.Duration
 	left := c.cfg.maxWait - waited
 	d := max(a.RetryAfter, minDenyWait)
 	if a.Reason == ReasonProbeInFlight {
-		d = min(d, probePoll)
+		d = min(d, c.cfg.probePoll)
 	}
 	if d > left {
 		return 0, false

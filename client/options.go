@@ -41,6 +41,9 @@ const (
 	DefaultMaxRetries   = 2
 	DefaultBackoffBase  = 500 * time.Millisecond
 	DefaultBackoffCap   = 8 * time.Second
+	// DefaultProbePoll is how often a caller denied because a recovery
+	// probe is in flight asks again (see [WithProbePoll]).
+	DefaultProbePoll = 250 * time.Millisecond
 )
 
 // An Option configures a [Client]. Options are applied in order by [New].
@@ -68,6 +71,7 @@ type config struct {
 	backoffBase  time.Duration
 	backoffCap   time.Duration
 	retryEvery   time.Duration // how often to try cooldownd again while degraded
+	probePoll    time.Duration
 }
 
 func defaultConfig() config {
@@ -80,6 +84,7 @@ func defaultConfig() config {
 		backoffBase:  DefaultBackoffBase,
 		backoffCap:   DefaultBackoffCap,
 		retryEvery:   time.Second,
+		probePoll:    DefaultProbePoll,
 	}
 }
 
@@ -180,6 +185,18 @@ func WithMaxWait(d time.Duration) Option {
 // model or answer "busy" right away.
 func WithNoWait() Option {
 	return optionFunc(func(c *config) { c.noWait = true })
+}
+
+// WithProbePoll sets how often a caller denied with PROBE_IN_FLIGHT asks
+// again. The probe usually ends long before its lease would, and the
+// callers resume as soon as it closes the connection; each poll is one
+// read-only Admit. Values ≤ 0 keep [DefaultProbePoll].
+func WithProbePoll(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.probePoll = d
+		}
+	})
 }
 
 // WithBackoff sets the guard's retry backoff: the n-th retry waits about
