@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -97,6 +98,12 @@ func (s *Server) Close() { s.closeOnce.Do(func() { close(s.closing) }) }
 func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(MaxRequestBytes),
+		// A bug must cost one request, not the process: log it and answer
+		// internal.
+		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+			s.log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
+			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+		}),
 		connect.WithInterceptors(s.metricsInterceptor()),
 	}
 	mux := http.NewServeMux()
