@@ -231,7 +231,9 @@ func TestDashboardInBrowser(t *testing.T) {
 	act(t, ctx, chromedp.SendKeys(chromedp.ID("confirm-reason"), "browser test"),
 		chromedp.Click(chromedp.ID("confirm-ok")))
 	waitFor(t, ctx, "the row turns closed", rowState(target)+` === 'closed'`)
-	assert.False(t, eval[bool](t, ctx, `document.getElementById('confirm').open`))
+	// The live stream may update the row before the Reset call itself
+	// returns and closes the dialog: wait for both.
+	waitFor(t, ctx, "the confirmation closes", `!document.getElementById('confirm').open`)
 	cd, _ := srv.client(viewerToken)
 	got, err := cd.GetConnection(rctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: target, HistoryLimit: 1}))
 	require.NoError(t, err)
