@@ -21,6 +21,7 @@ type config struct {
 	tlsCertFile     string
 	tlsKeyFile      string
 	maxConnsTenant  int
+	policyFile      string
 	logLevel        string
 	logFormat       string
 	idleTTL         time.Duration
@@ -55,6 +56,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.BoolVar(&c.insecureNoAuth, "insecure-no-auth", false, "serve without authentication on a non-loopback address (everyone is admin of the default tenant)")
 	fs.StringVar(&c.tlsCertFile, "tls-cert-file", "", "serve TLS with this PEM certificate (reloaded on change)")
 	fs.StringVar(&c.tlsKeyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	fs.StringVar(&c.policyFile, "policy-file", "", "YAML policy overrides per tenant and label pattern, over these flags (see docs/policies.md)")
 	fs.IntVar(&c.maxConnsTenant, "max-connections-per-tenant", 100000, "live connections a tenant may hold; more answer resource_exhausted")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")

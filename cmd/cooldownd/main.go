@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/policy"
 	"github.com/cooldownd/cooldownd/internal/server"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
@@ -55,7 +57,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	defer closeRedis()
-	st, err := store.New(rdb, store.Options{Policy: &cfg.policy, IdleTTL: cfg.idleTTL, History: cfg.history, MaxConnsPerTenant: cfg.maxConnsTenant})
+	sopts := store.Options{Policy: &cfg.policy, IdleTTL: cfg.idleTTL, History: cfg.history, MaxConnsPerTenant: cfg.maxConnsTenant}
+	if cfg.policyFile != "" {
+		policies, err := loadPolicies(cfg.policyFile, cfg.policy)
+		if err != nil {
+			return err
+		}
+		sopts.PolicyFor = policies.For
+		log.Info("policy overrides loaded", "path", cfg.policyFile)
+	}
+	st, err := store.New(rdb, sopts)
 	if err != nil {
 		return err
 	}
@@ -123,4 +134,13 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// loadPolicies reads --policy-file over the flags' policy.
+func loadPolicies(path string, base breaker.Policy) (*policy.Resolver, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read --policy-file: %w", err)
+	}
+	return policy.Parse(data, base)
 }

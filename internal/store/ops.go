@@ -38,7 +38,7 @@ type Decision struct {
 
 // Admit decides whether one call to c may go now: one round trip.
 func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
-	p := s.Policy(c.Tenant)
+	p := s.connPolicy(c)
 	l := c.layout()
 	r := newReply(scriptAdmit.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, s.nonce())...).Result())
 	d := Decision{Verdict: breaker.Verdict{
@@ -97,7 +97,7 @@ type ReportResult struct {
 // Report applies the outcome of one call: one round trip (plus an index
 // insert the first time a connection is seen).
 func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportResult, error) {
-	p := s.Policy(c.Tenant)
+	p := s.connPolicy(c)
 	l := c.layout()
 	r := newReply(scriptReport.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l,
 		rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter())...).Result())
@@ -153,7 +153,7 @@ func (s *Store) index(ctx context.Context, c Conn) error {
 // ExtendLease moves a live probe lease's expiry to now+ttl (ttl 0: the
 // policy's lease TTL). May return [ErrLeaseNotHeld].
 func (s *Store) ExtendLease(ctx context.Context, c Conn, token string, ttl time.Duration) (time.Time, error) {
-	p := s.Policy(c.Tenant)
+	p := s.connPolicy(c)
 	if ttl <= 0 {
 		ttl = p.LeaseTTL
 	}

@@ -32,9 +32,11 @@ var (
 type Options struct {
 	// Policy is the breaker policy (zero: breaker.DefaultPolicy()).
 	Policy *breaker.Policy
-	// PolicyFor, when set, picks a tenant's policy; it overrides Policy.
-	// Every policy it returns must be valid.
-	PolicyFor func(tenant string) breaker.Policy
+	// PolicyFor, when set, picks the policy of a tenant's connection by
+	// its label (empty: the tenant's own); it overrides Policy. Every
+	// policy it returns must be valid, and MaxProbes must not depend on
+	// the label.
+	PolicyFor func(tenant, label string) breaker.Policy
 	// IdleTTL is how long an untouched connection's keys live (zero: 24 h).
 	IdleTTL time.Duration
 	// History is how many transitions each connection keeps (zero: 50).
@@ -54,7 +56,7 @@ type Store struct {
 	rdb       redis.UniversalClient
 	locks     *redislock.Client
 	policy    breaker.Policy
-	policyFor func(tenant string) breaker.Policy
+	policyFor func(tenant, label string) breaker.Policy
 	idle      time.Duration
 	history   int
 	clock     func() time.Time
@@ -93,7 +95,15 @@ func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 // Policy returns a tenant's policy.
 func (s *Store) Policy(tenant string) breaker.Policy {
 	if s.policyFor != nil {
-		return s.policyFor(tenant)
+		return s.policyFor(tenant, "")
+	}
+	return s.policy
+}
+
+// connPolicy returns the policy of one connection, by its label.
+func (s *Store) connPolicy(c Conn) breaker.Policy {
+	if s.policyFor != nil {
+		return s.policyFor(c.Tenant, c.Label)
 	}
 	return s.policy
 }

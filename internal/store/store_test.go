@@ -232,3 +232,31 @@ func TestLapsedLeaseIsNoticedAtTheNextGrant(t *testing.T) {
 	require.Equal(t, breaker.AllowProbe, third.Decision)
 	assert.False(t, third.LeaseExpired, "a canceled probe released its lease")
 }
+
+func TestPolicyPerLabel(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	base := breaker.DefaultPolicy()
+	slow := base
+	slow.RateLimitDefault = time.Minute
+	st, err := store.New(rdb, store.Options{PolicyFor: func(tenant, label string) breaker.Policy {
+		if tenant == "t" && label == "slow" {
+			return slow
+		}
+		return base
+	}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		label string
+		want  int64
+	}{{"slow", time.Minute.Milliseconds()}, {"fast", base.RateLimitDefault.Milliseconds()}} {
+		c := store.Conn{Tenant: "t", ID: testID(tc.label[0]), Label: tc.label}
+		_, err := st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited})
+		require.NoError(t, err)
+		d, err := st.Admit(ctx, c)
+		require.NoError(t, err)
+		assert.Equal(t, breaker.ReasonCooldown, d.Reason)
+		assert.InDelta(t, tc.want, d.RetryAfter, 50, "the %q label's cooldown", tc.label)
+	}
+}
