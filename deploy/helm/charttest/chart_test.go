@@ -60,7 +60,34 @@ var features = map[string]string{
 	"no-prestop":           "preStopSleepSeconds: 0",
 	"long-name":            "fullnameOverride: a-very-long-release-name-that-is-exactly-at-the-sixty-three-limit",
 	"no-memory-limit":      "resources: {limits: null}",
+	"policy-overrides":     policyOverrides,
+	// The policy file alone in the projected volume: no tokens, no Redis password.
+	"policy-overrides-only-file": policyOverrides + `
+auth: {insecureNoAuth: true}
+redis: {bundled: {enabled: false}, external: {enabled: true, addrs: ["redis.db:6379"]}}`,
 }
+
+// policyOverrides sets policy.overrides, in the server's policy file format
+// (docs/policies.md).
+const policyOverrides = `
+policy:
+  overrides:
+    default:
+      open_max: 2m
+      failure_rate: 0.25
+    tenants:
+      team-a:
+        consecutive_failures: 3
+        max_probes: 2
+        labels:
+          - match: "openai *"
+            rate_limit_cooldown: 5s
+          - match: "azure/*"
+            quota_block: 24h
+            jitter: 0
+      team-b:
+        lease_ttl: 1m
+`
 
 // TestLint runs Helm's linter (chart metadata, values schema, templates)
 // on the defaults and on every ci/ variant. Info messages (e.g. "icon is
@@ -180,6 +207,33 @@ func checkInvariants(t *testing.T, r *rendered) {
 		assert.True(t, strings.HasPrefix(k, "COOLDOWND_"), "ConfigMap key %s", k)
 	}
 
+	// The policy file is in a ConfigMap of its own, rendered, projected,
+	// passed and checksummed exactly when the server is told to read it,
+	// and never exported as environment.
+	policyCM := name + "-policy"
+	if len(policyCM) > 63 {
+		policyCM = strings.TrimSuffix(name[:56], "-") + "-policy"
+	}
+	policyFile, policyFlag := flagsOf(t, c.Args)["policy-file"]
+	assert.Equal(t, policyFlag, has[*corev1.ConfigMap](r, policyCM), "--policy-file is given iff ConfigMap %s is rendered", policyCM)
+	_, policyChecksum := d.Spec.Template.Annotations["checksum/policy"]
+	assert.Equal(t, policyFlag, policyChecksum, "checksum/policy is set iff --policy-file is given")
+	for _, m := range all[*corev1.ConfigMap](r) {
+		if _, ok := m.Data["policies.yaml"]; ok {
+			assert.Equal(t, policyCM, m.Name, "policies.yaml is in ConfigMap %s", m.Name)
+		}
+	}
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil {
+			assert.NotEqual(t, policyCM, ef.ConfigMapRef.Name, "the policy ConfigMap is not envFrom")
+		}
+	}
+	if policyFlag {
+		assert.Equal(t, map[string]string{"policies.yaml": one[*corev1.ConfigMap](t, r, policyCM).Data["policies.yaml"]},
+			one[*corev1.ConfigMap](t, r, policyCM).Data, "the policy ConfigMap holds policies.yaml only")
+		assert.Equal(t, configMapRef+policyCM+"/policies.yaml", projectedFiles(t, d)[strings.TrimPrefix(policyFile, "/etc/cooldownd/")])
+	}
+
 	// Every file flag points into the projected Secret volume, every
 	// projected file is used by a flag, and Secrets the chart renders hold
 	// the projected keys.
@@ -263,6 +317,11 @@ func checkSecretFiles(t *testing.T, r *rendered, d *appsv1.Deployment, c corev1.
 	}
 	for path, ref := range files {
 		assert.True(t, used[path], "projected file %s (%s) is not used by any flag", path, ref)
+		if cmRef, ok := strings.CutPrefix(ref, configMapRef); ok {
+			cmName, key, _ := strings.Cut(cmRef, "/")
+			assert.Contains(t, one[*corev1.ConfigMap](t, r, cmName).Data, key, "ConfigMap %s lacks key %s", cmName, key)
+			continue
+		}
 		secretName, key, _ := strings.Cut(ref, "/")
 		if has[*corev1.Secret](r, secretName) {
 			s := one[*corev1.Secret](t, r, secretName)
@@ -642,6 +701,124 @@ func TestFeatures(t *testing.T) {
 		_, c = deployment(t, feature(t, "no-memory-limit"))
 		assert.NotContains(t, envOf(c), "GOMEMLIMIT")
 	})
+	t.Run("policy-overrides", func(t *testing.T) {
+		t.Parallel()
+		const path = "/etc/cooldownd/policy/policies.yaml"
+		const policyCM = fullname + "-policy"
+		checksum := func(r *rendered, name string) string {
+			d, _ := deployment(t, r)
+			return d.Spec.Template.Annotations["checksum/"+name]
+		}
+
+		// Off by default: no policy ConfigMap, no key, no file, no flag, no
+		// checksum (the golden file pins the rest).
+		d, c := deployment(t, base)
+		assert.False(t, has[*corev1.ConfigMap](base, policyCM))
+		assert.NotContains(t, one[*corev1.ConfigMap](t, base, fullname).Data, "policies.yaml")
+		assert.NotContains(t, flagsOf(t, c.Args), "policy-file")
+		assert.NotContains(t, projectedFiles(t, d), "policy/policies.yaml")
+		assert.NotContains(t, d.Spec.Template.Annotations, "checksum/policy")
+
+		r := feature(t, "policy-overrides")
+		d, c = deployment(t, r)
+		assert.Equal(t, path, flagsOf(t, c.Args)["policy-file"])
+
+		// The file is in its own ConfigMap (labelled like the server's),
+		// not in the server's: that one is the container's envFrom, and
+		// would export the file as a variable named policies.yaml.
+		server := one[*corev1.ConfigMap](t, r, fullname)
+		assert.NotContains(t, server.Data, "policies.yaml")
+		assert.Equal(t, one[*corev1.ConfigMap](t, base, fullname).Data, server.Data, "overrides leave the server's ConfigMap alone")
+		pcm := one[*corev1.ConfigMap](t, r, policyCM)
+		assert.Equal(t, server.Labels, pcm.Labels)
+		assert.Equal(t, []string{"policies.yaml"}, keysOf(pcm.Data))
+		assert.Empty(t, pcm.BinaryData)
+		require.Len(t, c.EnvFrom, 1)
+		for _, ef := range c.EnvFrom {
+			assert.Nil(t, ef.SecretRef)
+			require.NotNil(t, ef.ConfigMapRef)
+			assert.Equal(t, fullname, ef.ConfigMapRef.Name)
+			assert.NotEqual(t, policyCM, ef.ConfigMapRef.Name)
+		}
+		for _, e := range c.Env {
+			assert.NotEqual(t, "policies.yaml", e.Name)
+			if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+				assert.NotEqual(t, policyCM, e.ValueFrom.ConfigMapKeyRef.Name)
+			}
+		}
+
+		// The file holds the overrides as given, in a form the server's
+		// strict decoder accepts: snake_case knobs, integers as integers,
+		// durations as strings.
+		data := pcm.Data["policies.yaml"]
+		require.NotEmpty(t, data)
+		var file policyFile
+		require.NoError(t, yaml.UnmarshalStrict([]byte(data), &file), "policies.yaml:\n%s", data)
+		ptr := func(v string) *string { return &v }
+		assert.Equal(t, policyFile{
+			Default: policyKnobs{OpenMax: ptr("2m"), FailureRate: new(0.25)},
+			Tenants: map[string]policyTenant{
+				"team-a": {
+					policyKnobs: policyKnobs{ConsecutiveFailures: new(3), MaxProbes: new(2)},
+					Labels: []policyLabelRule{
+						{Match: "openai *", policyKnobs: policyKnobs{RateLimitCooldown: ptr("5s")}},
+						{Match: "azure/*", policyKnobs: policyKnobs{QuotaBlock: ptr("24h"), Jitter: new(0.0)}},
+					},
+				},
+				"team-b": {policyKnobs: policyKnobs{LeaseTTL: ptr("1m")}},
+			},
+		}, file)
+		var asGiven, back map[string]any
+		require.NoError(t, yaml.Unmarshal([]byte(policyOverrides), &asGiven))
+		require.NoError(t, yaml.Unmarshal([]byte(data), &back))
+		assert.Equal(t, asGiven["policy"].(map[string]any)["overrides"], back, "policies.yaml is policy.overrides verbatim")
+
+		// Mounted read-only from the policy ConfigMap through the projected
+		// volume (the root filesystem is read-only).
+		assert.Equal(t, configMapRef+policyCM+"/policies.yaml", projectedFiles(t, d)["policy/policies.yaml"])
+		var mount *corev1.VolumeMount
+		for i, vm := range c.VolumeMounts {
+			if vm.Name == "secrets" {
+				mount = &c.VolumeMounts[i]
+			}
+		}
+		require.NotNil(t, mount)
+		assert.True(t, mount.ReadOnly)
+		assert.True(t, strings.HasPrefix(path, mount.MountPath+"/"))
+
+		// The server reads the file at start only: any change rolls the pods,
+		// through checksum/policy (the server's ConfigMap, hence
+		// checksum/config, does not change).
+		assert.NotEmpty(t, checksum(r, "policy"))
+		assert.Equal(t, checksum(base, "config"), checksum(r, "config"))
+		changed := render(t, parseValues(t, strings.Replace(policyOverrides, "open_max: 2m", "open_max: 3m", 1)))
+		assert.NotEqual(t, checksum(r, "policy"), checksum(changed, "policy"))
+		assert.Equal(t, checksum(r, "policy"), checksum(feature(t, "policy-overrides"), "policy"), "the same overrides keep the pods")
+
+		// Without any Secret file the volume holds the policy file alone.
+		r = feature(t, "policy-overrides-only-file")
+		d, c = deployment(t, r)
+		assert.Equal(t, map[string]string{"policy/policies.yaml": configMapRef + policyCM + "/policies.yaml"}, projectedFiles(t, d))
+		assert.Equal(t, path, flagsOf(t, c.Args)["policy-file"])
+		require.Len(t, c.VolumeMounts, 1)
+		assert.Equal(t, "/etc/cooldownd", c.VolumeMounts[0].MountPath)
+
+		// A file far over the 128 KiB an environment variable may hold
+		// renders: it never becomes one.
+		rules := strings.Repeat("{match: 'a-rather-long-label-pattern/*', rate_limit_cooldown: 5s}, ", 4000)
+		r = render(t, parseValues(t, "policy: {overrides: {tenants: {team-a: {labels: ["+rules+"]}}}}"))
+		assert.Greater(t, len(one[*corev1.ConfigMap](t, r, policyCM).Data["policies.yaml"]), 200000)
+
+		// A long release name keeps the suffix within 63 characters.
+		r = render(t, parseValues(t, features["long-name"]+"\n"+policyOverrides))
+		ds := all[*appsv1.Deployment](r)
+		require.Len(t, ds, 1)
+		d = ds[0]
+		long := strings.TrimSuffix(d.Name[:56], "-") + "-policy"
+		assert.Len(t, long, 63)
+		assert.True(t, has[*corev1.ConfigMap](r, long))
+		assert.Equal(t, configMapRef+long+"/policies.yaml", projectedFiles(t, d)["policy/policies.yaml"])
+	})
 	t.Run("prestop", func(t *testing.T) {
 		t.Parallel()
 		_, c := deployment(t, base)
@@ -672,6 +849,9 @@ func TestPolicyConfigMap(t *testing.T) {
 	cm = one[*corev1.ConfigMap](t, render(t, nil), fullname)
 	camel := regexp.MustCompile(`([a-z])([A-Z])`)
 	for k := range policy {
+		if k == "overrides" {
+			continue // the policy file, not a variable (TestFeatures/policy-overrides)
+		}
 		env := "COOLDOWND_" + strings.ToUpper(camel.ReplaceAllString(k, "${1}_${2}"))
 		if k == "leaseTTL" {
 			env = "COOLDOWND_LEASE_TTL"
@@ -743,6 +923,12 @@ func TestValidateValues(t *testing.T) {
 			[]string{"ingress.enabled=true needs ingress.hosts"}},
 		{"egress to unknown redis", "networkPolicy: {enabled: true, egress: {enabled: true}}\n" + external + ", addrs: [r:6379]}}",
 			[]string{"networkPolicy.egress.enabled with redis.external needs networkPolicy.egress.extraEgress"}},
+		{"max_probes in a label rule", "policy: {overrides: {tenants: {team-a: {max_probes: 2, labels: [{match: 'openai *'}, {match: 'azure/*', max_probes: 4}]}}}}",
+			[]string{"policy.overrides.tenants.team-a.labels[1] sets max_probes", "per tenant only",
+				"would refuse to start", "move it to policy.overrides.tenants.team-a.max_probes"}},
+		{"policy file too large for a ConfigMap", "policy: {overrides: {tenants: {team-a: {labels: [" +
+			strings.Repeat("{match: 'a-rather-long-label-pattern/*', rate_limit_cooldown: 5s}, ", 20000) + "]}}}}",
+			[]string{"policy: policy.overrides renders to a", "-byte policies.yaml", "1 MiB"}},
 		{"all problems at once", "redis: {external: {enabled: true, addrs: [r:6379]}}\nauth: {generateAdminToken: false}\ntls: {enabled: true}",
 			[]string{"redis.bundled.enabled and redis.external.enabled are both true", "auth: give bearer tokens", "tls.enabled=true needs tls.existingSecret"}},
 
@@ -757,6 +943,20 @@ func TestValidateValues(t *testing.T) {
 			[]string{"/replicaCount", "minimum"}},
 		{"schema: bad duration", "policy: {openBase: ten}",
 			[]string{"/policy/openBase"}},
+		{"schema: unknown policy knob", "policy: {overrides: {default: {open_maximum: 2m}}}",
+			[]string{"/policy/overrides/default", "additional properties 'open_maximum' not allowed"}},
+		{"schema: camelCase policy knob", "policy: {overrides: {tenants: {team-a: {openMax: 2m}}}}",
+			[]string{"/policy/overrides/tenants/team-a", "additional properties 'openMax' not allowed"}},
+		{"schema: unknown knob in a label rule", "policy: {overrides: {tenants: {team-a: {labels: [{match: x, cooldown: 5s}]}}}}",
+			[]string{"/policy/overrides/tenants/team-a/labels/0", "additional properties 'cooldown' not allowed"}},
+		{"schema: unknown overrides section", "policy: {overrides: {tenant: {team-a: {}}}}",
+			[]string{"/policy/overrides", "additional properties 'tenant' not allowed"}},
+		{"schema: label rule without match", "policy: {overrides: {tenants: {team-a: {labels: [{quota_block: 1h}]}}}}",
+			[]string{"/policy/overrides/tenants/team-a/labels/0", "'match'"}},
+		{"schema: policy knob types", "policy: {overrides: {default: {open_max: 120, consecutive_failures: 2.5, failure_rate: high}}}",
+			[]string{"/policy/overrides/default/open_max", "/policy/overrides/default/consecutive_failures", "/policy/overrides/default/failure_rate"}},
+		{"schema: bad tenant name", "policy: {overrides: {tenants: {Team_A: {max_probes: 2}}}}",
+			[]string{"/policy/overrides/tenants", "additional properties 'Team_A' not allowed"}},
 		{"schema: bad role", "auth: {tokens: [{name: a, tenant: t, role: root, token: 0123456789abcdef}]}",
 			[]string{"/auth/tokens/0/role"}},
 	}
@@ -907,4 +1107,37 @@ func TestValuesDocumented(t *testing.T) {
 		}
 		assert.True(t, isSection, "values.yaml:%d: %q has no comment above it", i+1, strings.TrimSpace(line))
 	}
+}
+
+// policyFile mirrors the server's --policy-file format (internal/policy,
+// docs/policies.md) for a strict decode of the rendered policies.yaml.
+type policyFile struct {
+	Default policyKnobs             `json:"default"`
+	Tenants map[string]policyTenant `json:"tenants"`
+}
+
+type policyKnobs struct {
+	ConsecutiveFailures *int     `json:"consecutive_failures,omitempty"`
+	FailureRate         *float64 `json:"failure_rate,omitempty"`
+	MinCalls            *int     `json:"min_calls,omitempty"`
+	Window              *string  `json:"window,omitempty"`
+	OpenBase            *string  `json:"open_base,omitempty"`
+	OpenMax             *string  `json:"open_max,omitempty"`
+	Jitter              *float64 `json:"jitter,omitempty"`
+	RateLimitCooldown   *string  `json:"rate_limit_cooldown,omitempty"`
+	OverloadFloor       *string  `json:"overload_floor,omitempty"`
+	QuotaBlock          *string  `json:"quota_block,omitempty"`
+	AuthBlock           *string  `json:"auth_block,omitempty"`
+	MaxProbes           *int     `json:"max_probes,omitempty"`
+	LeaseTTL            *string  `json:"lease_ttl,omitempty"`
+}
+
+type policyTenant struct {
+	policyKnobs `json:",inline"`
+	Labels      []policyLabelRule `json:"labels,omitempty"`
+}
+
+type policyLabelRule struct {
+	Match       string `json:"match"`
+	policyKnobs `json:",inline"`
 }

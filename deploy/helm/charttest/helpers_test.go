@@ -321,26 +321,41 @@ func envOf(c corev1.Container) map[string]string {
 }
 
 // projectedFiles maps each file of the "secrets" projected volume (path
-// relative to its mount) to "<secret>/<key>".
+// relative to its mount) to "<secret>/<key>", or "configmap:<name>/<key>"
+// for a file from a ConfigMap (the policy overrides).
 func projectedFiles(t *testing.T, d *appsv1.Deployment) map[string]string {
 	t.Helper()
 	out := map[string]string{}
+	add := func(path, ref string) {
+		_, dup := out[path]
+		require.False(t, dup, "file %s projected twice", path)
+		out[path] = ref
+	}
 	for _, v := range d.Spec.Template.Spec.Volumes {
 		if v.Name != "secrets" {
 			continue
 		}
 		require.NotNil(t, v.Projected, "volume secrets is not projected")
 		for _, s := range v.Projected.Sources {
-			require.NotNil(t, s.Secret, "only Secret sources are expected")
-			for _, it := range s.Secret.Items {
-				_, dup := out[it.Path]
-				require.False(t, dup, "file %s projected twice", it.Path)
-				out[it.Path] = s.Secret.Name + "/" + it.Key
+			switch {
+			case s.Secret != nil:
+				for _, it := range s.Secret.Items {
+					add(it.Path, s.Secret.Name+"/"+it.Key)
+				}
+			case s.ConfigMap != nil:
+				for _, it := range s.ConfigMap.Items {
+					add(it.Path, configMapRef+s.ConfigMap.Name+"/"+it.Key)
+				}
+			default:
+				require.Fail(t, "only Secret and ConfigMap sources are expected")
 			}
 		}
 	}
 	return out
 }
+
+// configMapRef prefixes projectedFiles' references to ConfigMap keys.
+const configMapRef = "configmap:"
 
 // selects reports whether a label selector selects a label set.
 func selects(t *testing.T, sel *metav1.LabelSelector, set map[string]string) bool {

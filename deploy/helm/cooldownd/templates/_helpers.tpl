@@ -337,6 +337,27 @@ NOTES.txt. Each message names the values to change.
 {{- if and .Values.networkPolicy.enabled .Values.networkPolicy.egress.enabled $ext.enabled (not .Values.networkPolicy.egress.extraEgress) }}
 {{- $msgs = append $msgs "networkPolicy: networkPolicy.egress.enabled with redis.external needs networkPolicy.egress.extraEgress to allow your Redis" }}
 {{- end }}
+{{- $overrides := .Values.policy.overrides }}
+{{- if $overrides }}
+{{- if kindIs "map" $overrides.tenants }}
+{{- range $tenant := keys $overrides.tenants | sortAlpha }}
+{{- $sec := index $overrides.tenants $tenant }}
+{{- if and (kindIs "map" $sec) (kindIs "slice" $sec.labels) }}
+{{- range $i, $rule := $sec.labels }}
+{{- if and (kindIs "map" $rule) (hasKey $rule "max_probes") }}
+{{- $msgs = append $msgs (printf "policy: policy.overrides.tenants.%s.labels[%d] sets max_probes, which cooldownd accepts per tenant only (it fixes a connection's lease keys) and would refuse to start; move it to policy.overrides.tenants.%s.max_probes or remove it" $tenant $i $tenant) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* policies.yaml as rendered (toYaml plus the block scalar's final newline); a ConfigMap's data,
+keys included, and cooldownd's policy file are each limited to 1 MiB. */}}
+{{- $size := add1 (len (toYaml $overrides)) }}
+{{- if gt (add $size (len "policies.yaml")) 1048576 }}
+{{- $msgs = append $msgs (printf "policy: policy.overrides renders to a %d-byte policies.yaml, more than its ConfigMap can hold (1 MiB, 1048576 bytes, key included); cooldownd also reads at most 1 MiB" $size) }}
+{{- end }}
+{{- end }}
 {{- if $msgs }}
 {{- printf "\n\nVALUES VALIDATION:\n  - %s\n" (join "\n  - " $msgs) | fail }}
 {{- end }}
@@ -377,5 +398,35 @@ Projected-volume sources of the files cooldownd reads from Secrets (empty when n
         path: tls/tls.crt
       - key: tls.key
         path: tls/tls.key
+{{- end }}
+{{- end }}
+
+{{/*
+Where cooldownd reads policy.overrides (--policy-file), inside the projected volume.
+*/}}
+{{- define "cooldownd.policyFilePath" -}}
+/etc/cooldownd/policy/policies.yaml
+{{- end }}
+
+{{/*
+The ConfigMap holding policy.overrides as policies.yaml (rendered only when overrides are set). Its
+own ConfigMap, never the envFrom one, so the file does not become an environment variable.
+*/}}
+{{- define "cooldownd.policyConfigMapName" -}}
+{{- include "cooldownd.componentName" (list . "policy") }}
+{{- end }}
+
+{{/*
+Sources of the read-only projected volume at /etc/cooldownd (empty when none): the Secret files
+above and, with policy.overrides, policies.yaml from the policy ConfigMap.
+*/}}
+{{- define "cooldownd.projectedSources" -}}
+{{ include "cooldownd.secretSources" . }}
+{{- if .Values.policy.overrides }}
+- configMap:
+    name: {{ include "cooldownd.policyConfigMapName" . }}
+    items:
+      - key: policies.yaml
+        path: policy/policies.yaml
 {{- end }}
 {{- end }}
