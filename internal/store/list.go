@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -59,12 +60,91 @@ func (s *Store) List(ctx context.Context, tenant string, after string, limit int
 		}
 		out = append(out, Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true})
 	}
-	if len(gone) > 0 {
-		if err := s.rdb.ZRem(ctx, idx, gone...).Err(); err != nil {
-			return nil, false, unavailable("list", err)
-		}
+	if err := s.prune(ctx, tenant, gone); err != nil {
+		return nil, false, err
 	}
 	return out, more, nil
+}
+
+// prune removes index entries whose connection state has expired. A
+// Report may recreate one of them meanwhile (its index insert finds the
+// entry still there and does nothing); so after removing, prune checks
+// the states again and puts back any that exist. Together with Report's
+// create-then-insert order, one side always sees the other.
+func (s *Store) prune(ctx context.Context, tenant string, ids []any) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	idx := keys.Index(tenant)
+	if err := s.rdb.ZRem(ctx, idx, ids...).Err(); err != nil {
+		return unavailable("prune index", err)
+	}
+	pipe := s.rdb.Pipeline()
+	exists := make([]*redis.IntCmd, len(ids))
+	for i, v := range ids {
+		hex, _ := v.(string)
+		id, err := keys.ParseID(hex)
+		if err != nil {
+			continue // a malformed entry has no state
+		}
+		exists[i] = pipe.Exists(ctx, keys.Layout{Tenant: tenant, ID: id}.State())
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return unavailable("prune index", err)
+	}
+	var back []redis.Z
+	for i, cmd := range exists {
+		if cmd != nil && cmd.Val() == 1 {
+			hex, _ := ids[i].(string)
+			back = append(back, redis.Z{Member: hex})
+		}
+	}
+	if len(back) > 0 {
+		if err := s.rdb.ZAdd(ctx, idx, back...).Err(); err != nil {
+			return unavailable("prune index", err)
+		}
+	}
+	return nil
+}
+
+// pruneAll walks a tenant's whole index in pages and prunes the entries
+// whose connection has expired. It runs when the tenant's cap is reached,
+// so that expired connections never count against it.
+func (s *Store) pruneAll(ctx context.Context, tenant string) error {
+	const page = 500
+	idx := keys.Index(tenant)
+	lo := "-"
+	for {
+		ids, err := s.rdb.ZRangeByLex(ctx, idx, &redis.ZRangeBy{Min: lo, Max: "+", Count: page}).Result()
+		if err != nil {
+			return unavailable("prune index", err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		pipe := s.rdb.Pipeline()
+		exists := make([]*redis.IntCmd, len(ids))
+		for i, hex := range ids {
+			id, _ := keys.ParseID(hex) // a malformed entry reads as missing
+			exists[i] = pipe.Exists(ctx, keys.Layout{Tenant: tenant, ID: id}.State())
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return unavailable("prune index", err)
+		}
+		var gone []any
+		for i, cmd := range exists {
+			if cmd.Val() == 0 {
+				gone = append(gone, ids[i])
+			}
+		}
+		if err := s.prune(ctx, tenant, gone); err != nil {
+			return err
+		}
+		if len(ids) < page {
+			return nil
+		}
+		lo = "(" + ids[len(ids)-1]
+	}
 }
 
 func (s *Store) pipeGet(ctx context.Context, tenant string, ids []string, maxProbes int, full bool) ([]*redis.Cmd, error) {

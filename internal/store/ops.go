@@ -137,6 +137,16 @@ func (s *Store) index(ctx context.Context, c Conn) error {
 	if n <= int64(s.maxConns) {
 		return nil
 	}
+	// Expired connections must not count: prune, then count again.
+	if err := s.pruneAll(ctx, c.Tenant); err != nil {
+		return err
+	}
+	if n, err = s.rdb.ZCard(ctx, idx).Result(); err != nil {
+		return unavailable("index", err)
+	}
+	if n <= int64(s.maxConns) {
+		return nil
+	}
 	l := c.layout()
 	if err := s.rdb.ZRem(ctx, idx, c.ID.String()).Err(); err != nil {
 		return unavailable("index", err)

@@ -39,9 +39,13 @@ local function load()
   s.leases = {}
   for i = 1, P.mp do
     local tok = redis.call('GET', KEYS[2 + i])
-    if tok then
+    -- A lease belongs to the revision that granted it (the token's first
+    -- field). Every transition deletes the slots, so a key of another
+    -- revision is debris (e.g. re-created by a late ExtendLease): it holds
+    -- no probe and is overwritten by the next grant.
+    local _, _, trev, granted = string.find(tok or '', '^(%d+)%.%d+%.(%d+)%.')
+    if tok and tonumber(trev) == s.rv then
       local pttl = redis.call('PTTL', KEYS[2 + i])
-      local _, _, granted = string.find(tok, '^%d+%.%d+%.(%d+)%.')
       table.insert(s.leases, {slot = i - 1, token = tok, granted = tonumber(granted) or 0, expires = now + pttl})
     end
   end
@@ -58,6 +62,13 @@ local function save(s)
     args[#args + 1] = x
   end
   redis.call('HSET', S, unpack(args))
+  -- An override without an end lasts until changed: its state never
+  -- expires (denied callers write nothing that would refresh it).
+  if s.ov ~= 0 and s.ovu == 0 then
+    redis.call('PERSIST', S)
+    redis.call('PERSIST', H)
+    return
+  end
   local ttl = IDLE
   if s.ph == OPEN and s.ou > now then ttl = ttl + (s.ou - now) end
   if s.ovu > now then ttl = math.max(ttl, IDLE + (s.ovu - now)) end
@@ -86,6 +97,16 @@ local function emit()
     redis.call('LPUSH', H, js)
     redis.call('LTRIM', H, 0, HCAP - 1)
     redis.call('PUBLISH', CHAN, js)
+  end
+  -- The history lives exactly as long as the state (save ran before the
+  -- list existed on a connection's first event).
+  if #events > 0 then
+    local ttl = redis.call('PTTL', S)
+    if ttl > 0 then
+      redis.call('PEXPIRE', H, ttl)
+    elseif ttl == -1 then
+      redis.call('PERSIST', H)
+    end
   end
 end
 
