@@ -195,6 +195,11 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return err
 	}
+	release, err := s.openWatch(who.Tenant)
+	if err != nil {
+		return err
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// Subscribe before the snapshot so no change falls between the two.
@@ -272,4 +277,29 @@ func (s cooldownService) listPage(ctx context.Context, tenant, after string, siz
 		}
 	}
 	return nil, false, connect.NewError(connect.CodeUnavailable, errors.New("too many expired connections to skip in one page; retry"))
+}
+
+// openWatch counts a watch stream against the per-tenant and per-replica
+// caps; release undoes it.
+func (s *Server) openWatch(tenant string) (release func(), err error) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	if s.watching == nil {
+		s.watching = map[string]int{}
+	}
+	total := 0
+	for _, n := range s.watching {
+		total += n
+	}
+	if s.watching[tenant] >= MaxWatchesPerTenant || total >= MaxWatches {
+		return nil, connect.NewError(connect.CodeResourceExhausted, errors.New("too many open watch streams; close some or use List"))
+	}
+	s.watching[tenant]++
+	return func() {
+		s.watchMu.Lock()
+		defer s.watchMu.Unlock()
+		if s.watching[tenant]--; s.watching[tenant] == 0 {
+			delete(s.watching, tenant)
+		}
+	}, nil
 }

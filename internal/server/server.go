@@ -71,6 +71,8 @@ type Server struct {
 	metrics   *Metrics
 	closing   chan struct{}
 	closeOnce sync.Once
+	watchMu   sync.Mutex
+	watching  map[string]int // open watch streams per tenant
 }
 
 // New returns a Server. It returns an error when Options.Store is nil.

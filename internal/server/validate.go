@@ -20,6 +20,11 @@ const (
 	MaxPageSize     = 500
 	DefaultPageSize = 100
 	MaxRequestBytes = 64 << 10
+	// MaxWatchesPerTenant and MaxWatches bound open WatchConnections
+	// streams per replica (each tenant's watchers share one Redis
+	// subscription, but every stream holds a goroutine and a buffer).
+	MaxWatchesPerTenant = 100
+	MaxWatches          = 2000
 )
 
 func parseID(field string, b []byte) (keys.ID, error) {

@@ -64,6 +64,7 @@ type Store struct {
 	jitter    func() int64
 	maxConns  int
 	argCache  sync.Map // breaker.Policy → []any, see policyArgs
+	hub       hub      // shared watch subscriptions, one per tenant
 }
 
 // New returns a Store on rdb (a single, Sentinel-failover or Cluster

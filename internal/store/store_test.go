@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -259,4 +260,68 @@ func TestPolicyPerLabel(t *testing.T) {
 		assert.Equal(t, breaker.ReasonCooldown, d.Reason)
 		assert.InDelta(t, tc.want, d.RetryAfter, 50, "the %q label's cooldown", tc.label)
 	}
+}
+
+func TestWatchersOfATenantShareOneSubscription(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Real(t)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	clients := func() int {
+		list, err := rdb.ClientList(ctx).Result()
+		require.NoError(t, err)
+		return strings.Count(list, "\n")
+	}
+	before := clients()
+	var chans []<-chan store.Transition
+	wctx, stopWatchers := context.WithCancel(ctx)
+	for range 50 {
+		ch, err := st.Watch(wctx, "a")
+		require.NoError(t, err)
+		chans = append(chans, ch)
+	}
+	assert.LessOrEqual(t, clients()-before, 1, "50 watchers of one tenant, one Redis connection")
+	_, err = st.Report(ctx, store.Conn{Tenant: "a", ID: testID(1)}, breaker.Report{Outcome: breaker.OutcomeAuthFailure})
+	require.NoError(t, err)
+	for i, ch := range chans {
+		select {
+		case ev, ok := <-ch:
+			require.True(t, ok, "watcher %d closed", i)
+			assert.Equal(t, breaker.CauseAuth, ev.Cause)
+		case <-ctx.Done():
+			t.Fatalf("watcher %d got nothing", i)
+		}
+	}
+	stopWatchers()
+	for _, ch := range chans {
+		for range ch { // drains, then closes once the watcher left
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for clients() > before {
+		require.True(t, time.Now().Before(deadline), "the shared subscription is closed after the last watcher")
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSlowWatcherIsDropped(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	slow, err := st.Watch(ctx, "a")
+	require.NoError(t, err)
+	for i := range 300 { // more than a watcher may lag behind
+		_, err := st.Force(ctx, "a", testID(byte(i)), breaker.ForcedOpen, 0, "ops", "")
+		require.NoError(t, err)
+	}
+	n := 0
+	for range slow {
+		n++
+	}
+	assert.Less(t, n, 300, "the lagging watcher's channel closed instead of blocking the others")
 }
