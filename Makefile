@@ -28,13 +28,12 @@ lint:
 	$(BUF) lint
 
 FUZZTIME ?= 10s
-FUZZ_TARGETS := $(shell grep -rhoE --include='*_test.go' '^func (Fuzz[A-Za-z0-9_]+)' . | sed 's/^func //' | sort -u)
 ## fuzz: run every fuzz target briefly (FUZZTIME each) on its checked-in corpus and new inputs.
 fuzz:
-	@for t in $(FUZZ_TARGETS); do \
-		pkg=$$(grep -rlE --include='*_test.go' "^func $$t\(" . | head -1 | xargs dirname); \
+	@grep -rHoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' . | sort -u | while IFS=: read -r file fn; do \
+		t=$${fn#func }; pkg=$$(dirname $$file); \
 		echo "fuzz $$t in $$pkg"; \
-		go test -run="^$$" -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg || exit 1; \
+		go test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg || exit 1; \
 	done
 
 ## bench: run the Go benchmarks (real Redis) and print their figures.
