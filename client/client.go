@@ -169,8 +169,10 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 			c.local.down(c.now(), "admit", err)
 			return c.admitLocal(cands, err)
 		case capped(err):
+			// The tenant's cap is not an outage: the call goes ahead,
+			// decided in-process, whatever the fail mode.
 			c.local.capped(err)
-			return c.admitLocal(cands, err)
+			return c.local.admit(c.now(), cands), nil
 		}
 		return Admission{}, fmt.Errorf("client: admit: %w", err)
 	}

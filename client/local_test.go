@@ -123,22 +123,27 @@ func TestAdmitTimeoutDegrades(t *testing.T) {
 
 func TestTenantCapNotAnOutage(t *testing.T) {
 	t.Parallel()
-	_, rdb := redistest.Mini(t)
-	p := fastPolicy()
-	st, err := store.New(rdb, store.Options{Policy: &p, MaxConnsPerTenant: 1})
-	require.NoError(t, err)
-	cd := &cooldownd{store: st}
-	cd.serve(t, nil)
-	prov := newProvider(t)
-	log, logs := newLogger()
-	c := newClient(t, cd.URL, WithLogger(log))
-	for _, key := range []string{"key-1", "key-2", "key-3"} {
-		resp, err := c.Do(t.Context(), conn(t, c, prov.URL, key, ""), prov.get())
-		require.NoError(t, err, "a connection over the cap is still called")
-		require.NoError(t, resp.Body.Close())
+	for _, mode := range []FailMode{FailOpen, FailClosed} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			_, rdb := redistest.Mini(t)
+			p := fastPolicy()
+			st, err := store.New(rdb, store.Options{Policy: &p, MaxConnsPerTenant: 1})
+			require.NoError(t, err)
+			cd := &cooldownd{store: st}
+			cd.serve(t, nil)
+			prov := newProvider(t)
+			log, logs := newLogger()
+			c := newClient(t, cd.URL, WithLogger(log), WithFailMode(mode))
+			for _, key := range []string{"key-1", "key-2", "key-3"} {
+				resp, err := c.Do(t.Context(), conn(t, c, prov.URL, key, ""), prov.get())
+				require.NoError(t, err, "a connection over the cap is still called, fail-closed or not")
+				require.NoError(t, resp.Body.Close())
+			}
+			assert.False(t, c.Degraded())
+			assert.Equal(t, int64(3), prov.hits.Load())
+			assert.Equal(t, 1, strings.Count(logs.String(), "cannot track more connections"), "logged once:\n%s", logs)
+			assert.NotContains(t, logs.String(), "unreachable")
+		})
 	}
-	assert.False(t, c.Degraded())
-	assert.Equal(t, int64(3), prov.hits.Load())
-	assert.Equal(t, 1, strings.Count(logs.String(), "cannot track more connections"), "logged once:\n%s", logs)
-	assert.NotContains(t, logs.String(), "unreachable")
 }

@@ -1,12 +1,10 @@
 package client
 
 import (
-	"errors"
 	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -101,14 +99,16 @@ func (t *h2cFallback) CloseIdleConnections() {
 	t.h1.CloseIdleConnections()
 }
 
-// refusedPreface reports whether an h2c error is one that an HTTP/1.1
-// server causes: the HTTP/2 client read an HTTP/1.1 answer ("… the frame
-// header looked like an HTTP/1.1 header"), or the server hung up before its
-// HTTP/2 settings arrived, or while the client was still writing. The
-// standard library exposes no types for the first two, only messages.
+// refusedPreface reports whether an h2c error is one that only an
+// HTTP/1.1 server causes: the HTTP/2 client read an HTTP/1.1 answer ("… the
+// frame header looked like an HTTP/1.1 header") or the connection failed
+// before the HTTP/2 settings exchange. A reset or broken pipe is not such a
+// sign — a restarting replica or a load balancer causes those too, and the
+// server may have read the request — so they neither replay the request nor
+// switch the client to HTTP/1.1. The standard library exposes no types for
+// these two errors, only messages.
 func refusedPreface(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "looked like an HTTP/1.1 header") ||
-		strings.Contains(msg, "client conn could not be established") ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+		strings.Contains(msg, "client conn could not be established")
 }

@@ -211,7 +211,10 @@
   // ---- the table -----------------------------------------------------------
 
   // upsert merges one connection state; an older revision never replaces a
-  // newer one (the stream and the periodic list race).
+  // newer one (the stream and the periodic list race). Revisions order one
+  // lifetime of a connection: after it expires idle and comes back, it
+  // starts again at a low revision, which the server-clock change time
+  // (later than anything of the old lifetime) tells apart.
   function upsert(cs) {
     if (!cs || !cs.connection) return;
     const m = model(cs);
@@ -220,7 +223,8 @@
     const old = state.rows.get(m.hex);
     if (old) {
       old.seen = state.gen;
-      if (m.rev < old.m.rev || (m.rev === old.m.rev && m.updated < old.m.updated)) return;
+      const newLife = m.rev < old.m.rev && m.changed > old.m.changed && m.updated >= old.m.updated;
+      if (!newLife && (m.rev < old.m.rev || (m.rev === old.m.rev && m.updated < old.m.updated))) return;
       old.m = m;
       old.dirty = true;
     } else {
