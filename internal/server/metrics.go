@@ -16,7 +16,6 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -182,25 +181,8 @@ func (m *Metrics) knownTenants() ([]string, int) {
 	return out, m.tenantsV
 }
 
-// tenantOf returns the tenant of a request that the handler accepted. It
-// authenticates again (a hash and constant-time compares, next to a Redis
-// round trip) because handlers do not hand the identity out.
-func (s *Server) tenantOf(h http.Header) (string, bool) {
-	if s.auth == nil {
-		return keys.DefaultTenant, true
-	}
-	const scheme = "bearer "
-	hv := h.Get("Authorization")
-	if len(hv) <= len(scheme) || !strings.EqualFold(hv[:len(scheme)], scheme) {
-		return "", false
-	}
-	who, ok := s.auth.Authenticate(strings.TrimSpace(hv[len(scheme):]))
-	return who.Tenant, ok
-}
-
 // metricsInterceptor times unary RPCs, counts what their answers say
-// (transitions, probes, overrides), learns tenants for the connections
-// gauge, and counts open watch streams.
+// (probes, overrides) and counts open watch streams.
 func (s *Server) metricsInterceptor() connect.Interceptor { return metricsInterceptor{s} }
 
 type metricsInterceptor struct{ s *Server }
@@ -220,9 +202,6 @@ func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		m.rpc.WithLabelValues(req.Spec().Procedure, code).Observe(time.Since(start).Seconds())
 		if err == nil && res != nil {
 			m.count(req.Any(), res.Any())
-			if t, ok := i.s.tenantOf(req.Header()); ok {
-				m.noteTenant(t)
-			}
 		}
 		return res, err
 	}
@@ -237,9 +216,6 @@ func (i metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		m.watchers.Inc()
 		defer m.watchers.Dec()
-		if t, ok := i.s.tenantOf(conn.RequestHeader()); ok {
-			m.noteTenant(t)
-		}
 		return next(ctx, conn)
 	}
 }

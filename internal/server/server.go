@@ -158,8 +158,11 @@ func (s *Server) Identify(h http.Header) (Identity, error) {
 }
 
 // authorize authenticates the request's bearer token and checks its role.
+// It is the one place a request is authenticated; it also tells the
+// metrics which tenants exist (for the connections gauge).
 func (s *Server) authorize(_ context.Context, h http.Header, want Role) (Identity, error) {
 	if s.auth == nil {
+		s.metrics.noteTenant(keys.DefaultTenant)
 		return Identity{Tenant: keys.DefaultTenant, Role: RoleAdmin, Name: "anonymous"}, nil
 	}
 	// The auth scheme is case-insensitive (RFC 9110, section 11.1).
@@ -183,6 +186,7 @@ func (s *Server) authorize(_ context.Context, h http.Header, want Role) (Identit
 	if !who.Role.allows(want) {
 		return Identity{}, connect.NewError(connect.CodePermissionDenied, errors.New("the token's role does not allow this call"))
 	}
+	s.metrics.noteTenant(who.Tenant)
 	return who, nil
 }
 
