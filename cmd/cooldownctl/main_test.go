@@ -25,6 +25,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/auth"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
 	"github.com/cooldownd/cooldownd/internal/store"
@@ -36,18 +37,17 @@ const (
 	clientToken = "ctl-client-token-77b0"
 )
 
-type fakeAuth struct{}
-
-func (fakeAuth) Authenticate(tok string) (server.Identity, bool) {
-	switch tok {
-	case adminToken:
-		return server.Identity{Tenant: "acme", Role: server.RoleAdmin, Name: "oncall"}, true
-	case viewerToken:
-		return server.Identity{Tenant: "acme", Role: server.RoleViewer, Name: "viewer"}, true
-	case clientToken:
-		return server.Identity{Tenant: "acme", Role: server.RoleClient, Name: "app"}, true
-	}
-	return server.Identity{}, false
+// testAuth is the real token table (internal/auth) over the test tokens
+// of tenant "acme".
+func testAuth(t testing.TB) *auth.Table {
+	t.Helper()
+	tab, err := auth.Parse([]byte(`tokens:
+  - {name: oncall, tenant: acme, role: admin, token: "` + adminToken + `"}
+  - {name: viewer, tenant: acme, role: viewer, token: "` + viewerToken + `"}
+  - {name: app, tenant: acme, role: client, token: "` + clientToken + `"}
+`))
+	require.NoError(t, err)
+	return tab
 }
 
 // testServer is cooldownd in-process on httptest (HTTP/1.1), over a store
@@ -62,7 +62,7 @@ func newServer(t *testing.T) *testServer {
 	_, rdb := redistest.Mini(t)
 	st, err := store.New(rdb, store.Options{})
 	require.NoError(t, err)
-	srv, err := server.New(server.Options{Store: st, Auth: fakeAuth{}, Logger: slog.New(slog.DiscardHandler), Heartbeat: 200 * time.Millisecond})
+	srv, err := server.New(server.Options{Store: st, Auth: testAuth(t), Logger: slog.New(slog.DiscardHandler), Heartbeat: 200 * time.Millisecond})
 	require.NoError(t, err)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)

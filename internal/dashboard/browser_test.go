@@ -143,7 +143,7 @@ func rowState(id []byte) string {
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
 	ctx := browser(t)
-	srv := newLiveServer(t, fakeAuth{})
+	srv := newLiveServer(t, testAuth(t))
 	app, _ := srv.client(clientToken)
 	_, adminAPI := srv.client(adminToken)
 	rctx := t.Context()

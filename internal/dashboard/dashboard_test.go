@@ -137,7 +137,7 @@ func TestWhoami(t *testing.T) {
 // gets, and that client tokens cannot open the dashboard.
 func TestWhoamiThroughServer(t *testing.T) {
 	t.Parallel()
-	withAuth := newLiveServer(t, fakeAuth{})
+	withAuth := newLiveServer(t, testAuth(t))
 	noAuth := newLiveServer(t, nil)
 	get := func(url, tok string) (int, map[string]any) {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/ui/api/whoami", nil)

@@ -16,6 +16,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/auth"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
 	"github.com/cooldownd/cooldownd/internal/store"
@@ -28,19 +29,17 @@ const (
 	clientToken = "test-client-token"
 )
 
-// fakeAuth maps the test tokens to identities of tenant "acme".
-type fakeAuth struct{}
-
-func (fakeAuth) Authenticate(tok string) (server.Identity, bool) {
-	switch tok {
-	case adminToken:
-		return server.Identity{Tenant: "acme", Role: server.RoleAdmin, Name: "ops-admin"}, true
-	case viewerToken:
-		return server.Identity{Tenant: "acme", Role: server.RoleViewer, Name: "ops-viewer"}, true
-	case clientToken:
-		return server.Identity{Tenant: "acme", Role: server.RoleClient, Name: "app"}, true
-	}
-	return server.Identity{}, false
+// testAuth is the real token table (internal/auth) over the test tokens
+// of tenant "acme".
+func testAuth(t testing.TB) *auth.Table {
+	t.Helper()
+	tab, err := auth.Parse([]byte(`tokens:
+  - {name: ops-admin, tenant: acme, role: admin, token: "` + adminToken + `"}
+  - {name: ops-viewer, tenant: acme, role: viewer, token: "` + viewerToken + `"}
+  - {name: app, tenant: acme, role: client, token: "` + clientToken + `"}
+`))
+	require.NoError(t, err)
+	return tab
 }
 
 // liveServer is cooldownd on a real loopback listener over a store on
