@@ -55,6 +55,19 @@ func (l Layout) History() string { return l.prefix() + "h" }
 // Lease is the key of probe lease slot n.
 func (l Layout) Lease(n int) string { return l.prefix() + "l:" + strconv.Itoa(n) }
 
+// Script returns the keys a connection script declares, in its order:
+// state, history, then lease slots 0 to leases-1 (one hex encoding of the
+// id for all of them: this runs on every Admit and Report).
+func (l Layout) Script(leases int) []string {
+	p := l.prefix()
+	ks := make([]string, 0, 2+leases)
+	ks = append(ks, p+"s", p+"h")
+	for i := range leases {
+		ks = append(ks, p+"l:"+strconv.Itoa(i))
+	}
+	return ks
+}
+
 // Index is the key of a tenant's connection index.
 func Index(tenant string) string { return "cd:{" + tenant + "}:idx" }
 

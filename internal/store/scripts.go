@@ -36,14 +36,7 @@ var (
 const forceReset = 3
 
 // connKeys are KEYS for a connection script: state, history, lease slots.
-func connKeys(l keys.Layout, maxProbes int) []string {
-	ks := make([]string, 0, 2+maxProbes)
-	ks = append(ks, l.State(), l.History())
-	for i := range maxProbes {
-		ks = append(ks, l.Lease(i))
-	}
-	return ks
-}
+func connKeys(l keys.Layout, maxProbes int) []string { return l.Script(maxProbes) }
 
 // policyArgs is ARGV[2..16]: the policy, idle TTL and history cap, as
 // strings. They are the same for every call with one policy, so they are

@@ -1,0 +1,28 @@
+package keys
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestLayoutScriptKeysShareOneHashTag(t *testing.T) {
+	t.Parallel()
+	l := Layout{Tenant: "team-a", ID: ID{0xab}}
+	ks := l.Script(2)
+	assert.Equal(t, []string{l.State(), l.History(), l.Lease(0), l.Lease(1)}, ks)
+	tag := "{team-a:" + l.ID.String() + "}"
+	for _, k := range ks {
+		assert.Contains(t, k, tag, "one Redis Cluster slot per connection")
+	}
+}
+
+func TestValidateTenant(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"default", "team-a", "a_1"} {
+		assert.NoError(t, ValidateTenant(ok), ok)
+	}
+	for _, bad := range []string{"", "Team", "a}b", "a{b", "a:b", string(make([]byte, 65))} {
+		assert.ErrorIs(t, ValidateTenant(bad), ErrInvalidTenant, "%q", bad)
+	}
+}
