@@ -247,12 +247,17 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 			if !ok {
 				return connect.NewError(connect.CodeUnavailable, errWatchLost)
 			}
-			snap, _, err := s.store.Get(ctx, who.Tenant, t.ID, 0)
-			if err != nil {
-				return toConnect(err)
+			// The event carries the state after the change: no read here.
+			snap := t.State
+			if snap == nil {
+				got, _, err := s.store.Get(ctx, who.Tenant, t.ID, 0)
+				if err != nil {
+					return toConnect(err)
+				}
+				snap = &got
 			}
 			if err := stream.Send(&cooldownv1.WatchConnectionsResponse{
-				Connection: stateProto(snap), Transition: transitionProto(t, snap.Label),
+				Connection: stateProto(*snap), Transition: transitionProto(t, snap.Label),
 			}); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
@@ -29,6 +30,9 @@ type Transition struct {
 	Tenant string
 	ID     keys.ID
 	breaker.Event
+	// State is the connection's state just after the change, on
+	// transitions from Watch (nil on history entries).
+	State *Snapshot
 }
 
 type eventJSON struct {
@@ -40,21 +44,46 @@ type eventJSON struct {
 	Rev    uint64 `json:"rev"`
 	Actor  string `json:"actor"`
 	Reason string `json:"reason"`
+	// State is the script's encode(s), on published events only.
+	State []any `json:"state"`
 }
 
+// decodeEvent reads a history entry or a published event. A published
+// event carries the state after its change; the result's State is set then.
 func decodeEvent(tenant, js string) (Transition, error) {
 	var e eventJSON
-	if err := json.Unmarshal([]byte(js), &e); err != nil {
+	dec := json.NewDecoder(strings.NewReader(js))
+	dec.UseNumber()
+	if err := dec.Decode(&e); err != nil {
 		return Transition{}, fmt.Errorf("store: decode event: %w", err)
 	}
 	id, err := keys.ParseID(e.ID)
 	if err != nil {
 		return Transition{}, fmt.Errorf("store: decode event: %w", err)
 	}
-	return Transition{Tenant: tenant, ID: id, Event: breaker.Event{
+	t := Transition{Tenant: tenant, ID: id, Event: breaker.Event{
 		At: e.At, From: breaker.Phase(e.From), To: breaker.Phase(e.To), Cause: breaker.Cause(e.Cause),
 		Revision: e.Rev, Actor: e.Actor, Reason: e.Reason,
-	}}, nil
+	}}
+	if e.State != nil {
+		// The same values a script reply carries, with JSON's number type.
+		v := make([]any, len(e.State))
+		for i, x := range e.State {
+			v[i] = x
+			if n, ok := x.(json.Number); ok {
+				if v[i], err = n.Int64(); err != nil {
+					return Transition{}, fmt.Errorf("store: decode event state: %w", err)
+				}
+			}
+		}
+		r := &reply{v: v}
+		st, now, label := r.state()
+		if r.err != nil {
+			return Transition{}, fmt.Errorf("store: decode event state: %w", r.err)
+		}
+		t.State = &Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true}
+	}
+	return t, nil
 }
 
 // Get returns a connection's state and up to history recent transitions,

@@ -325,3 +325,28 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 	}
 	assert.Less(t, n, 300, "the lagging watcher's channel closed instead of blocking the others")
 }
+
+func TestWatchedTransitionsCarryTheState(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	evs, err := st.Watch(ctx, "a")
+	require.NoError(t, err)
+	c := store.Conn{Tenant: "a", ID: testID(2), Label: "openai gpt-4o"}
+	res, err := st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 30_000, HTTPStatus: 429})
+	require.NoError(t, err)
+	select {
+	case ev := <-evs:
+		require.NotNil(t, ev.State, "watchers need no read of their own")
+		want, _, err := st.Get(ctx, "a", c.ID, 0)
+		require.NoError(t, err)
+		assert.Equal(t, want.State, ev.State.State)
+		assert.Equal(t, "openai gpt-4o", ev.State.Label)
+		assert.Equal(t, res.Revision, ev.State.State.Revision)
+	case <-ctx.Done():
+		t.Fatal("no event within 10s")
+	}
+}

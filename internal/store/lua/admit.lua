@@ -35,12 +35,13 @@ else
     local field = 'lt' .. slot
     if redis.call('HEXISTS', S, field) == 1 then expired = 1 end
     redis.call('HSET', S, field, tok)
+    table.insert(s.leases, {slot = slot, token = tok, granted = now, expires = lexp})
     dec = 2
   end
 end
 local changed = #events > 0
 if changed then
   save(s)
-  emit()
+  emit(s)
 end
 return with_events({dec, reason, ra, s.rv, s.ph, tok, lexp, now, changed and 1 or 0, expired})

@@ -4,7 +4,7 @@ local s = load()
 settle(s)
 if #events > 0 then
   save(s)
-  emit()
+  emit(s)
 end
 local l = find_lease(s, ARGV[19])
 if l then return with_events({l.slot, now}) end

@@ -25,5 +25,5 @@ else
   end
 end
 save(s)
-emit()
+emit(s)
 return with_events(encode(s))

@@ -76,6 +76,19 @@ local function save(s)
   redis.call('PEXPIRE', H, ttl)
 end
 
+-- state as returned to Go (and published with events): see reply.state in
+-- scripts.go.
+local function encode(s)
+  local out = {now, s.ph, s.ca, s.rv, s.ou, s.ro, s.cf, s.ov, s.ovu, s.sc, s.fc, s.ls, s.lo, s.le, s.cat, s.uat, s.lb,
+    s.ws, s.wpc, s.wpf, s.wcc, s.wcf, #s.leases}
+  for _, l in ipairs(s.leases) do
+    out[#out + 1] = l.slot
+    out[#out + 1] = l.token
+    out[#out + 1] = l.expires
+  end
+  return out
+end
+
 local events = {}
 
 local function transition(s, to, cause, actor, reason)
@@ -91,12 +104,17 @@ local function transition(s, to, cause, actor, reason)
   table.insert(events, ev)
 end
 
-local function emit()
+-- emit records this call's transitions in the history and publishes them
+-- with the state after the call, so watchers need no read of their own.
+local function emit(s)
+  local state = nil
   for _, ev in ipairs(events) do
-    local js = cjson.encode(ev)
-    redis.call('LPUSH', H, js)
+    redis.call('LPUSH', H, cjson.encode(ev))
     redis.call('LTRIM', H, 0, HCAP - 1)
-    redis.call('PUBLISH', CHAN, js)
+    state = state or encode(s)
+    ev.state = state
+    redis.call('PUBLISH', CHAN, cjson.encode(ev))
+    ev.state = nil
   end
   -- The history lives exactly as long as the state (save ran before the
   -- list existed on a connection's first event).
@@ -137,18 +155,6 @@ local function find_lease(s, token)
     if l.token == token then return l end
   end
   return nil
-end
-
--- state as returned to Go: see decodeState in scripts.go.
-local function encode(s)
-  local out = {now, s.ph, s.ca, s.rv, s.ou, s.ro, s.cf, s.ov, s.ovu, s.sc, s.fc, s.ls, s.lo, s.le, s.cat, s.uat, s.lb,
-    s.ws, s.wpc, s.wpf, s.wcc, s.wcf, #s.leases}
-  for _, l in ipairs(s.leases) do
-    out[#out + 1] = l.slot
-    out[#out + 1] = l.token
-    out[#out + 1] = l.expires
-  end
-  return out
 end
 
 -- with_events appends the transitions of this call: n, then from, to, cause

@@ -95,5 +95,5 @@ if outcome ~= 8 and s.ov == 0 then
   end
 end
 save(s)
-emit()
+emit(s)
 return with_events({accepted and 1 or 0, (#events > before) and 1 or 0, created and 1 or 0, s.rv, s.ph, now})
