@@ -28,6 +28,15 @@ type config struct {
 	shutdownTimeout time.Duration
 	history         int
 	policy          breaker.Policy
+	redisTimeout    time.Duration
+	readTimeout     time.Duration
+	requestTimeout  time.Duration
+	readyTimeout    time.Duration
+	durableReports  bool
+	replicaTimeout  time.Duration
+	// unknownEnv are COOLDOWND_* variables that set nothing (typos, or
+	// settings of another version); run reports them.
+	unknownEnv []string
 }
 
 // envName is the environment variable that sets a flag.
@@ -37,7 +46,7 @@ func envName(flagName string) string {
 
 // parseConfig reads flags, with COOLDOWND_* environment variables as
 // defaults that flags override.
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	c := config{policy: breaker.DefaultPolicy()}
 	fs := flag.NewFlagSet("cooldownd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -63,6 +72,12 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.history, "history", 50, "transitions kept per connection")
+	fs.DurationVar(&c.redisTimeout, "redis-timeout", 200*time.Millisecond, "bound of each Redis round trip (a request's shorter deadline wins); keep it under the clients' admit timeout (250ms)")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 5*time.Second, "a request's headers, then its body, must arrive within this")
+	fs.DurationVar(&c.requestTimeout, "request-timeout", 10*time.Second, "bound of each unary RPC (a caller's shorter deadline wins); watch streams are not bounded")
+	fs.DurationVar(&c.readyTimeout, "readiness-timeout", time.Second, "/healthz and grpc health answer within this; keep it under the probes' timeoutSeconds")
+	fs.BoolVar(&c.durableReports, "durable-reports", false, "acknowledge a report that opens a connection only once a replica has it (WAIT 1); see docs/reliability.md")
+	fs.DurationVar(&c.replicaTimeout, "replica-timeout", 50*time.Millisecond, "with --durable-reports: how long a report waits for the replica before it fails unavailable")
 	p := &c.policy
 	fs.IntVar(&p.ConsecutiveFailures, "consecutive-failures", p.ConsecutiveFailures, "trip after this many consecutive transient failures (0 disables)")
 	fs.Float64Var(&p.FailureRate, "failure-rate", p.FailureRate, "trip when the failure rate over --window reaches this, in (0,1] (0 disables)")
@@ -83,17 +98,18 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (c
 			fmt.Fprintf(stderr, "  --%s (env %s, default %q)\n    \t%s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
 		})
 	}
-	var envErr error
+	var envErrs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if v := getenv(envName(f.Name)); v != "" && envErr == nil {
+		if v := env.get(envName(f.Name)); v != "" {
 			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("invalid %s: %w", envName(f.Name), err)
+				envErrs = append(envErrs, fmt.Errorf("invalid %s=%q: expected %s", envName(f.Name), v, expectedFormat(f)))
 			}
 		}
 	})
-	if envErr != nil {
-		return c, envErr
+	if len(envErrs) > 0 {
+		return c, errors.Join(envErrs...)
 	}
+	c.unknownEnv = env.unknown(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -159,6 +175,15 @@ func (c config) validate() error {
 	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--redis-timeout", c.redisTimeout}, {"--read-timeout", c.readTimeout}, {"--request-timeout", c.requestTimeout},
+		{"--readiness-timeout", c.readyTimeout}, {"--replica-timeout", c.replicaTimeout}} {
+		if d.v < time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 1ms, got %s", d.name, d.v))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -17,8 +17,12 @@ import (
 
 // envOf returns a getenv over a fixed map, so the tests never read the real
 // environment.
-func envOf(kv map[string]string) func(string) string {
-	return func(k string) string { return kv[k] }
+func envOf(kv map[string]string) environ {
+	var e environ
+	for k, v := range kv {
+		e = append(e, k+"="+v)
+	}
+	return e
 }
 
 // defaults parses an empty command line with an empty environment.

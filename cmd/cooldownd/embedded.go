@@ -25,7 +25,7 @@ func startEmbedded() (*embedded, error) {
 	if err := m.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
-	e := &embedded{mini: m, client: redis.NewClient(&redis.Options{Addr: m.Addr()}), stop: make(chan struct{})}
+	e := &embedded{mini: m, client: redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true}), stop: make(chan struct{})}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()

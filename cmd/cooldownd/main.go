@@ -28,7 +28,7 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stderr, nil); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Environ(), os.Stderr, nil); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
@@ -39,12 +39,15 @@ func main() {
 
 // run starts cooldownd and blocks until SIGTERM/SIGINT or ctx ends. When
 // ready is not nil it receives the bound address once serving.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer, ready chan<- string) error {
-	cfg, err := parseConfig(args, getenv, stderr)
+func run(ctx context.Context, args []string, env environ, stderr io.Writer, ready chan<- string) error {
+	cfg, err := parseConfig(args, env, stderr)
 	if err != nil {
 		return err
 	}
 	log := newLogger(cfg, stderr)
+	for _, name := range cfg.unknownEnv {
+		log.Warn("unknown environment variable ignored: it sets no flag (see cooldownd --help)", "name", name)
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -52,7 +55,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	rdb, closeRedis, err := openRedis(ctx, cfg, getenv, log)
+	rdb, closeRedis, err := openRedis(ctx, cfg, env.get, log)
 	if err != nil {
 		return err
 	}
@@ -70,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	opts := server.Options{Store: st, Logger: log}
+	opts := server.Options{Store: st, Logger: log, BodyTimeout: cfg.readTimeout, RequestTimeout: cfg.requestTimeout, ReadinessTimeout: cfg.readyTimeout}
 	if authn != nil {
 		opts.Auth = authn
 	}
@@ -79,6 +82,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	rdb.AddHook(latencyHook{observe: srv.ObserveRedis})
+	rdb.AddHook(timeoutHook{d: cfg.redisTimeout})
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
@@ -89,7 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	hs := &http.Server{
 		Handler:           srv.Handler(),
 		Protocols:         protocols,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),

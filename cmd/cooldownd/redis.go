@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -53,6 +54,20 @@ func (r redisConfig) validate() error {
 	}
 	if (r.mode == "sentinel" || r.mode == "cluster") && r.url != "" {
 		return errors.New("--redis-url is for single mode; use --redis-addrs for sentinel and cluster")
+	}
+	if r.addrs != "" {
+		addrs := splitList(r.addrs)
+		if len(addrs) == 0 {
+			return fmt.Errorf("--redis-addrs %q names no address (expected host:port[,host:port...])", r.addrs)
+		}
+		for _, a := range addrs {
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				return fmt.Errorf("--redis-addrs: %q is not host:port", a)
+			}
+		}
+		if r.mode == "single" && r.url == "" && len(addrs) > 1 {
+			return fmt.Errorf("--redis-mode single takes one address in --redis-addrs, got %d", len(addrs))
+		}
 	}
 	return nil
 }
@@ -102,18 +117,22 @@ func (r redisConfig) client(getenv func(string) string) (redis.UniversalClient, 
 		if tlsConf != nil {
 			opts.TLSConfig = tlsConf
 		}
+		opts.ContextTimeoutEnabled = true
 		return redis.NewClient(opts), "single " + opts.Addr, nil
 	case r.mode == "sentinel":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: r.masterName, SentinelAddrs: addrs, Username: r.username, Password: password,
 			SentinelUsername: r.username, SentinelPassword: password, DB: r.db, TLSConfig: tlsConf,
+			ContextTimeoutEnabled: true,
 		}), "sentinel " + r.masterName + " via " + r.addrs, nil
 	case r.mode == "cluster":
 		return redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: addrs, Username: r.username, Password: password, TLSConfig: tlsConf,
+			ContextTimeoutEnabled: true,
 		}), "cluster via " + r.addrs, nil
 	default:
-		return redis.NewClient(&redis.Options{Addr: addrs[0], Username: r.username, Password: password, DB: r.db, TLSConfig: tlsConf}), "single " + addrs[0], nil
+		return redis.NewClient(&redis.Options{Addr: addrs[0], Username: r.username, Password: password, DB: r.db, TLSConfig: tlsConf,
+			ContextTimeoutEnabled: true}), "single " + addrs[0], nil
 	}
 }
 

@@ -32,3 +32,28 @@ func (h latencyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return err
 	}
 }
+
+// timeoutHook bounds every Redis round trip (a command with its retries, or
+// a pipeline) by d unless the caller's deadline is sooner. With the
+// clients' ContextTimeoutEnabled the deadline reaches the socket, so a
+// slow or blackholed Redis costs a request at most d, not go-redis's
+// multi-second read timeouts and retries.
+type timeoutHook struct{ d time.Duration }
+
+func (h timeoutHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h timeoutHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		ctx, cancel := context.WithTimeout(ctx, h.d)
+		defer cancel()
+		return next(ctx, cmd)
+	}
+}
+
+func (h timeoutHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		ctx, cancel := context.WithTimeout(ctx, h.d)
+		defer cancel()
+		return next(ctx, cmds)
+	}
+}

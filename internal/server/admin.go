@@ -30,7 +30,7 @@ func (s adminService) ResetConnection(ctx context.Context, req *connect.Request[
 	}
 	snap, err := s.store.Reset(ctx, who.Tenant, id, who.Name, req.Msg.GetReason())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.storeError(ctx, "reset", err)
 	}
 	s.metrics.transitionsOf(snap.Events)
 	s.log.InfoContext(ctx, "connection reset", "tenant", who.Tenant, "id", id.Short(), "actor", who.Name)
@@ -71,7 +71,7 @@ func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[
 	}
 	snap, err := s.store.Force(ctx, who.Tenant, id, o, d, who.Name, m.GetReason())
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.storeError(ctx, "force", err)
 	}
 	s.metrics.transitionsOf(snap.Events)
 	s.log.InfoContext(ctx, "connection override", "tenant", who.Tenant, "id", id.Short(), "override", m.GetOverride().String(), "actor", who.Name)

@@ -38,7 +38,7 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 	}
 	idx, ds, err := s.store.AdmitFirst(ctx, conns)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.storeError(ctx, "admit", err)
 	}
 	out := &cooldownv1.AdmitResponse{CandidateIndex: uint32(idx)}
 	for _, d := range ds {
@@ -103,7 +103,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 		HTTPStatus: int(m.GetHttpStatus()), ErrorCode: m.GetErrorCode(),
 	})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.storeError(ctx, "report", err)
 	}
 	s.metrics.report(o, res.Accepted)
 	s.metrics.transitionsOf(res.Events)
@@ -130,7 +130,7 @@ func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[c
 	}
 	exp, err := s.store.ExtendLease(ctx, store.Conn{Tenant: who.Tenant, ID: id, Label: label}, req.Msg.GetLeaseToken(), time.Duration(ttl)*time.Millisecond)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.storeError(ctx, "extend lease", err)
 	}
 	return connect.NewResponse(&cooldownv1.ExtendLeaseResponse{LeaseExpiresAt: timestamppb.New(exp)}), nil
 }
@@ -149,7 +149,7 @@ func (s cooldownService) GetConnection(ctx context.Context, req *connect.Request
 	}
 	snap, hist, err := s.store.Get(ctx, who.Tenant, id, int(req.Msg.GetHistoryLimit()))
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.storeError(ctx, "get", err)
 	}
 	out := &cooldownv1.GetConnectionResponse{Connection: stateProto(snap)}
 	for _, t := range hist {
@@ -178,7 +178,7 @@ func (s cooldownService) ListConnections(ctx context.Context, req *connect.Reque
 	}
 	snaps, more, err := s.listPage(ctx, who.Tenant, after, size)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.storeError(ctx, "list", err)
 	}
 	out := &cooldownv1.ListConnectionsResponse{}
 	for _, sn := range snaps {
@@ -205,14 +205,14 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 	// Subscribe before the snapshot so no change falls between the two.
 	events, err := s.store.Watch(ctx, who.Tenant)
 	if err != nil {
-		return toConnect(err)
+		return s.storeError(ctx, "watch", err)
 	}
 	if req.Msg.GetSnapshot() {
 		after := ""
 		for {
 			snaps, more, err := s.listPage(ctx, who.Tenant, after, MaxPageSize)
 			if err != nil {
-				return toConnect(err)
+				return s.storeError(ctx, "list", err)
 			}
 			for _, sn := range snaps {
 				if err := stream.Send(&cooldownv1.WatchConnectionsResponse{Connection: stateProto(sn), Snapshot: true}); err != nil {
@@ -252,7 +252,7 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 			if snap == nil {
 				got, _, err := s.store.Get(ctx, who.Tenant, t.ID, 0)
 				if err != nil {
-					return toConnect(err)
+					return s.storeError(ctx, "get", err)
 				}
 				snap = &got
 			}

@@ -60,6 +60,17 @@ type Options struct {
 	Auth Authenticator
 	// Heartbeat is the idle interval of watch streams (zero: 15 s).
 	Heartbeat time.Duration
+	// BodyTimeout bounds reading a request's body, from the moment its
+	// headers are read (zero: 5 s; negative: none). A client that sends
+	// its body slowly is cut off before it can hold a goroutine longer.
+	BodyTimeout time.Duration
+	// RequestTimeout bounds each unary RPC when the caller sent no shorter
+	// deadline (zero: 10 s; negative: none). Watch streams are not bounded.
+	RequestTimeout time.Duration
+	// ReadinessTimeout bounds /healthz and grpc.health.v1 checks (zero: 1 s).
+	ReadinessTimeout time.Duration
+	// Now, for tests only, replaces the wall clock of log rate limiting.
+	Now func() time.Time
 }
 
 // Server holds the services' shared state.
@@ -68,6 +79,10 @@ type Server struct {
 	log       *slog.Logger
 	auth      Authenticator
 	heartbeat time.Duration
+	bodyTO    time.Duration
+	requestTO time.Duration
+	readyTO   time.Duration
+	errLog    *errorLog
 	metrics   *Metrics
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -80,13 +95,20 @@ func New(o Options) (*Server, error) {
 	if o.Store == nil {
 		return nil, errors.New("server: a store is required")
 	}
-	s := &Server{store: o.Store, log: o.Logger, auth: o.Auth, heartbeat: o.Heartbeat, closing: make(chan struct{})}
+	s := &Server{store: o.Store, log: o.Logger, auth: o.Auth, heartbeat: o.Heartbeat, closing: make(chan struct{}),
+		bodyTO: orDefault(o.BodyTimeout, 5*time.Second), requestTO: orDefault(o.RequestTimeout, 10*time.Second),
+		readyTO: orDefault(o.ReadinessTimeout, time.Second)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	if s.heartbeat <= 0 {
 		s.heartbeat = 15 * time.Second
 	}
+	now := o.Now
+	if now == nil {
+		now = time.Now
+	}
+	s.errLog = newErrorLog(s.log, now)
 	s.metrics = newMetrics()
 	return s, nil
 }
@@ -106,12 +128,12 @@ func (s *Server) Handler() http.Handler {
 			s.log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
-		connect.WithInterceptors(s.metricsInterceptor()),
+		connect.WithInterceptors(s.metricsInterceptor(), s.timeoutInterceptor()),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cooldownv1connect.NewCooldownServiceHandler(cooldownService{s}, opts...))
 	mux.Handle(cooldownv1connect.NewAdminServiceHandler(adminService{s}, opts...))
-	checker := &healthChecker{store: s.store}
+	checker := &healthChecker{store: s.store, timeout: s.readyTO}
 	mux.Handle(grpchealth.NewHandler(checker))
 	services := []string{cooldownv1connect.CooldownServiceName, cooldownv1connect.AdminServiceName, grpchealth.HealthV1ServiceName}
 	reflector := grpcreflect.NewStaticReflector(services...)
@@ -137,15 +159,16 @@ func (s *Server) Handler() http.Handler {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), s.readyTO)
 		defer cancel()
 		if err := s.store.Ping(ctx); err != nil {
+			s.errLog.log(ctx, slog.LevelWarn, "readiness: state store does not answer", "ping", err)
 			http.Error(w, "state store unavailable", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return mux
+	return s.limitBody(mux)
 }
 
 // Identify authenticates a request's bearer token for the dashboard and
@@ -190,8 +213,11 @@ func (s *Server) authorize(_ context.Context, h http.Header, want Role) (Identit
 	return who, nil
 }
 
-// healthChecker reports SERVING when Redis answers.
-type healthChecker struct{ store *store.Store }
+// healthChecker reports SERVING when Redis answers within timeout.
+type healthChecker struct {
+	store   *store.Store
+	timeout time.Duration
+}
 
 func (h *healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest) (*grpchealth.CheckResponse, error) {
 	switch req.Service {
@@ -199,7 +225,7 @@ func (h *healthChecker) Check(ctx context.Context, req *grpchealth.CheckRequest)
 	default:
 		return nil, connect.NewError(connect.CodeNotFound, errors.New("unknown service"))
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	if err := h.store.Ping(ctx); err != nil {
 		return &grpchealth.CheckResponse{Status: grpchealth.StatusNotServing}, nil

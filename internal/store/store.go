@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,7 +22,8 @@ var (
 	// ErrTooManyConnections is returned when a report would create a
 	// connection beyond the tenant's cap.
 	ErrTooManyConnections = errors.New("store: too many connections for this tenant")
-	// ErrUnavailable wraps every failure to reach Redis.
+	// ErrUnavailable wraps every failure to reach Redis in time (see
+	// unavailable in errors.go; other failures wrap [ErrInternal]).
 	ErrUnavailable = errors.New("store: redis unavailable")
 )
 
@@ -115,13 +115,6 @@ func (s *Store) Ping(ctx context.Context) error {
 		return unavailable("ping", err)
 	}
 	return nil
-}
-
-func unavailable(op string, err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("store: %s: %w", op, err)
-	}
-	return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 }
 
 func randomNonce() string {

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// orDefault returns d, def when d is zero, and 0 (no bound) when d is
+// negative.
+func orDefault(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// limitBody gives every request body a read deadline of s.bodyTO from the
+// moment the handler starts (the headers are bounded by the http.Server's
+// ReadHeaderTimeout). Connect reads the body before it authenticates, so
+// without it a client sending one byte a second holds a goroutine and a
+// connection for as long as it likes. The deadline is lifted once the body
+// is read to its end: a watch stream then lives as long as its caller.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	if s.bodyTO <= 0 {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(s.bodyTO)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody lifts the read deadline when the body ends.
+type deadlineBody struct {
+	io.ReadCloser
+	once sync.Once
+	lift func()
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.once.Do(b.lift)
+	}
+	return n, err
+}
+
+// timeoutInterceptor bounds unary RPCs by s.requestTO (a caller's shorter
+// deadline still wins). Streams pass through untouched.
+func (s *Server) timeoutInterceptor() connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		if s.requestTO <= 0 {
+			return next
+		}
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			ctx, cancel := context.WithTimeout(ctx, s.requestTO)
+			defer cancel()
+			return next(ctx, req)
+		}
+	})
+}
