@@ -56,13 +56,15 @@ func Example() {
 	now += 300
 	admit("worker-3")
 
+	// The first transition's revision is its time; later ones add one.
+	//
 	// Output:
-	//   event rev 1: closed → open (breaker)
+	//   event rev 1800000000400: closed → open (breaker)
 	// worker-1: deny OPEN, retry after 9900 ms
-	//   event rev 2: open → half_open (open_expired)
-	// worker-2: probe, lease 2.0.1800000010500.worker-2
+	//   event rev 1800000000401: open → half_open (open_expired)
+	// worker-2: probe, lease 1800000000401.0.1800000010500.worker-2
 	// worker-3: deny PROBE_IN_FLIGHT, retry after 30000 ms
-	//   event rev 3: half_open → closed (probe_success)
+	//   event rev 1800000000402: half_open → closed (probe_success)
 	// probe report accepted: true
-	// worker-3: allow at rev 3
+	// worker-3: allow at rev 1800000000402
 }

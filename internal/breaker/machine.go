@@ -83,7 +83,11 @@ func (s *State) Report(p Policy, now int64, r Report, jitter float64) (ReportRes
 	s.UpdatedAt = now
 	s.LastStatus, s.LastOutcome, s.LastErrorCode = r.HTTPStatus, r.Outcome, r.ErrorCode
 	li := s.lease(r.LeaseToken)
-	res := ReportResult{Accepted: li >= 0 || r.Revision == s.Revision}
+	// A half-open connection's verdict belongs to its probes: only a live
+	// lease carries it. A probe that gave up its lease (CANCELED, or it
+	// lapsed) holds the current revision still, but its late report must
+	// not decide over the probe granted after it.
+	res := ReportResult{Accepted: li >= 0 || (r.Revision == s.Revision && s.phase() != HalfOpen)}
 	s.release(li)
 	if r.Outcome == OutcomeCanceled || s.Override != NoOverride {
 		return res, evs

@@ -424,12 +424,13 @@ func TestHalfOpen(t *testing.T) {
 	l0 := lease(5, 0, t0)
 	runTransitions(t, []transitionCase{
 		{
-			name:    "open turns half-open when OpenUntil passes, and the Admit probes",
-			given:   open,
-			now:     openUntil + 1,
-			do:      admitOp("n1"),
-			want:    State{Phase: HalfOpen, Cause: CauseOpenExpired, Revision: 5, Reopens: 1, Leases: []Lease{probe(5, 0, openUntil+1, "n1")}},
-			events:  []Event{ev(Open, HalfOpen, CauseOpenExpired, 5)},
+			name:  "open turns half-open when OpenUntil passes, and the Admit probes",
+			given: open,
+			now:   openUntil + 1,
+			do:    admitOp("n1"),
+			want:  State{Phase: HalfOpen, Cause: CauseOpenExpired, Revision: 5, Reopens: 1, Leases: []Lease{probe(5, 0, openUntil+1, "n1")}},
+			// Stamped at the open's end, not at the Admit that saw it.
+			events:  []Event{evAt(openUntil, Open, HalfOpen, CauseOpenExpired, 5)},
 			verdict: &Verdict{Decision: AllowProbe, Revision: 5, Phase: HalfOpen, Lease: new(probe(5, 0, openUntil+1, "n1"))},
 		},
 		{
@@ -993,22 +994,21 @@ func TestRevisions(t *testing.T) {
 			result: stale(false),
 		},
 		{
-			name:   "an unknown token with the current revision is accepted",
+			// Half-open, only a live lease carries the verdict.
+			name:   "half-open, an unknown token with the current revision is not accepted",
 			given:  half,
 			now:    n,
 			do:     reportOp(Report{Revision: 5, LeaseToken: "bogus", Outcome: OutcomeTransientFailure}),
-			want:   State{Phase: Open, Cause: CauseBreaker, Revision: 6, OpenUntil: n + 20_000, Reopens: 2},
-			events: []Event{ev(HalfOpen, Open, CauseBreaker, 6)},
-			result: accepted(true),
+			want:   half,
+			result: stale(false),
 		},
 		{
-			name:   "an expired lease with the current revision is accepted",
+			name:   "an expired lease with the current revision is not accepted",
 			given:  half,
 			now:    l0.Expires,
 			do:     reportOp(Report{Revision: 5, LeaseToken: l0.Token, Outcome: OutcomeSuccess}),
-			want:   State{Phase: Closed, Cause: CauseProbeSuccess, Revision: 6},
-			events: []Event{ev(HalfOpen, Closed, CauseProbeSuccess, 6)},
-			result: accepted(true),
+			want:   State{Phase: HalfOpen, Cause: CauseOpenExpired, Revision: 5, Reopens: 1},
+			result: stale(false),
 		},
 		{
 			name:   "an expired lease with a wrong revision is not accepted",
@@ -1133,7 +1133,7 @@ func TestOverrides(t *testing.T) {
 			now:     until + 1,
 			do:      admitOp("p"),
 			want:    State{Phase: HalfOpen, Cause: CauseForceExpired, Revision: 5, Leases: []Lease{{Slot: 0, Token: LeaseToken(5, 0, until+1, "p"), Granted: until + 1, Expires: until + 30_001}}},
-			events:  []Event{ev(Open, HalfOpen, CauseForceExpired, 5)},
+			events:  []Event{evAt(until, Open, HalfOpen, CauseForceExpired, 5)},
 			verdict: &Verdict{Decision: AllowProbe, Revision: 5, Phase: HalfOpen, Lease: &Lease{Slot: 0, Token: LeaseToken(5, 0, until+1, "p"), Granted: until + 1, Expires: until + 30_001}},
 		},
 		{
@@ -1303,29 +1303,31 @@ func TestEventLog(t *testing.T) {
 	type step struct {
 		at   int64
 		do   op
-		want []Event // At is the step's time
+		want []Event // At is the step's time unless stated
 	}
 	fail := Report{Outcome: OutcomeTransientFailure}
+	// The first transition's revision is its time; later ones add one.
+	r := uint64(n)
 	steps := []step{
 		{at: n, do: reportOp(fail)},
 		{at: n, do: reportOp(fail)},
 		{at: n, do: reportOp(fail)},
 		{at: n, do: reportOp(fail)},
-		{at: n + 1, do: reportOp(fail), want: []Event{ev(Closed, Open, CauseBreaker, 1)}},
-		{at: n + 11_001, do: admitOp("a"), want: []Event{ev(Open, HalfOpen, CauseOpenExpired, 2)}},
-		{at: n + 11_002, do: reportOp(Report{Revision: 2, LeaseToken: LeaseToken(2, 0, n+11_001, "a"), Outcome: OutcomeTransientFailure}), want: []Event{ev(HalfOpen, Open, CauseBreaker, 3)}},
-		{at: n + 31_002, do: settleOp(), want: []Event{ev(Open, HalfOpen, CauseOpenExpired, 4)}},
+		{at: n + 1, do: reportOp(fail), want: []Event{ev(Closed, Open, CauseBreaker, r+1)}},
+		{at: n + 11_001, do: admitOp("a"), want: []Event{evAt(n+10_001, Open, HalfOpen, CauseOpenExpired, r+2)}},
+		{at: n + 11_002, do: reportOp(Report{Revision: r+2, LeaseToken: LeaseToken(r+2, 0, n+11_001, "a"), Outcome: OutcomeTransientFailure}), want: []Event{ev(HalfOpen, Open, CauseBreaker, r+3)}},
+		{at: n + 31_002, do: settleOp(), want: []Event{ev(Open, HalfOpen, CauseOpenExpired, r+4)}},
 		{at: n + 31_003, do: admitOp("b")},
-		{at: n + 31_004, do: reportOp(Report{Revision: 4, LeaseToken: LeaseToken(4, 0, n+31_003, "b"), Outcome: OutcomeSuccess}), want: []Event{ev(HalfOpen, Closed, CauseProbeSuccess, 5)}},
-		{at: n + 31_005, do: reportOp(Report{Revision: 1, Outcome: OutcomeRateLimited, RetryAfter: 1_000}), want: []Event{ev(Closed, Open, CauseRateLimit, 6)}},
-		{at: n + 31_006, do: reportOp(Report{Revision: 6, Outcome: OutcomeAuthFailure}), want: []Event{ev(Open, Open, CauseAuth, 7)}},
-		{at: n + 31_007, do: forceOp(ForcedClosed, n+40_000, "alice", "key rotated"), want: []Event{evBy(Open, Closed, CauseForced, 8, "alice", "key rotated")}},
-		{at: n + 40_000, do: settleOp(), want: []Event{ev(Closed, Closed, CauseForceExpired, 9)}},
-		{at: n + 40_001, do: forceOp(ForcedOpen, n+50_000, "alice", "maintenance"), want: []Event{evBy(Closed, Open, CauseForced, 10, "alice", "maintenance")}},
-		{at: n + 50_000, do: admitOp("c"), want: []Event{ev(Open, HalfOpen, CauseForceExpired, 11)}},
-		{at: n + 50_001, do: forceOp(ForcedOpen, 0, "carol", ""), want: []Event{evBy(HalfOpen, Open, CauseForced, 12, "carol", "")}},
-		{at: n + 50_002, do: forceOp(NoOverride, 0, "carol", ""), want: []Event{evBy(Open, Closed, CauseReset, 13, "carol", "")}},
-		{at: n + 50_003, do: resetOp("dave", "cleanup"), want: []Event{evBy(Closed, Closed, CauseReset, 14, "dave", "cleanup")}},
+		{at: n + 31_004, do: reportOp(Report{Revision: r+4, LeaseToken: LeaseToken(r+4, 0, n+31_003, "b"), Outcome: OutcomeSuccess}), want: []Event{ev(HalfOpen, Closed, CauseProbeSuccess, r+5)}},
+		{at: n + 31_005, do: reportOp(Report{Revision: r+1, Outcome: OutcomeRateLimited, RetryAfter: 1_000}), want: []Event{ev(Closed, Open, CauseRateLimit, r+6)}},
+		{at: n + 31_006, do: reportOp(Report{Revision: r+6, Outcome: OutcomeAuthFailure}), want: []Event{ev(Open, Open, CauseAuth, r+7)}},
+		{at: n + 31_007, do: forceOp(ForcedClosed, n+40_000, "alice", "key rotated"), want: []Event{evBy(Open, Closed, CauseForced, r+8, "alice", "key rotated")}},
+		{at: n + 40_000, do: settleOp(), want: []Event{ev(Closed, Closed, CauseForceExpired, r+9)}},
+		{at: n + 40_001, do: forceOp(ForcedOpen, n+50_000, "alice", "maintenance"), want: []Event{evBy(Closed, Open, CauseForced, r+10, "alice", "maintenance")}},
+		{at: n + 50_000, do: admitOp("c"), want: []Event{ev(Open, HalfOpen, CauseForceExpired, r+11)}},
+		{at: n + 50_001, do: forceOp(ForcedOpen, 0, "carol", ""), want: []Event{evBy(HalfOpen, Open, CauseForced, r+12, "carol", "")}},
+		{at: n + 50_002, do: forceOp(NoOverride, 0, "carol", ""), want: []Event{evBy(Open, Closed, CauseReset, r+13, "carol", "")}},
+		{at: n + 50_003, do: resetOp("dave", "cleanup"), want: []Event{evBy(Closed, Closed, CauseReset, r+14, "dave", "cleanup")}},
 	}
 	var log []Event
 	for i, st := range steps {
@@ -1335,7 +1337,9 @@ func TestEventLog(t *testing.T) {
 		res := st.do.apply(t, &s, p, st.at)
 		want := make([]Event, len(st.want))
 		for j, e := range st.want {
-			e.At = st.at
+			if e.At == 0 {
+				e.At = st.at
+			}
 			want[j] = e
 		}
 		if len(want) == 0 {
@@ -1352,4 +1356,46 @@ func TestEventLog(t *testing.T) {
 		assert.LessOrEqual(t, log[i-1].At, log[i].At, "event %d time", i)
 	}
 	assert.Equal(t, s.Revision, log[len(log)-1].Revision)
+}
+
+// TestOneVerdictPerLease is issue 12's sequence: a probe reports CANCELED,
+// another caller is granted the probe, and the first caller's late failure
+// (same admission, same revision) must not re-open the connection or make
+// the new probe's success stale.
+func TestOneVerdictPerLease(t *testing.T) {
+	t.Parallel()
+	p := testPolicy()
+	s := State{Phase: HalfOpen, Cause: CauseOpenExpired, Revision: 5, Reopens: 1}
+	first, _ := s.Admit(p, n, "a")
+	require.Equal(t, AllowProbe, first.Decision)
+	res, _ := s.Report(p, n+1, Report{Revision: first.Revision, LeaseToken: first.Lease.Token, Outcome: OutcomeCanceled}, 0)
+	require.True(t, res.Accepted)
+	second, _ := s.Admit(p, n+2, "b")
+	require.Equal(t, AllowProbe, second.Decision)
+	late, evs := s.Report(p, n+3, Report{Revision: first.Revision, LeaseToken: first.Lease.Token, Outcome: OutcomeTransientFailure}, 0)
+	assert.False(t, late.Accepted, "the canceled probe gave up its verdict")
+	assert.Empty(t, evs)
+	ok, evs := s.Report(p, n+4, Report{Revision: second.Revision, LeaseToken: second.Lease.Token, Outcome: OutcomeSuccess}, 0)
+	assert.True(t, ok.Accepted)
+	assert.Equal(t, []Event{{At: n + 4, From: HalfOpen, To: Closed, Cause: CauseProbeSuccess, Revision: 6}}, evs)
+}
+
+// TestRevisionsOfANewLifeNeverRepeat: a connection that expired idle comes
+// back as a zero State; its first transition's revision is its time, above
+// every revision of the previous life, so a report held across the gap is
+// stale.
+func TestRevisionsOfANewLifeNeverRepeat(t *testing.T) {
+	t.Parallel()
+	p := testPolicy()
+	var old State
+	for i := range 3 {
+		old.Report(p, n+int64(i), Report{Revision: old.Revision, Outcome: OutcomeRateLimited, RetryAfter: 10}, 0)
+	}
+	held := old.Revision
+	var life State // the state expired; the next report starts a new life
+	now := n + 24*3600_000
+	life.Report(p, now, Report{Outcome: OutcomeRateLimited, RetryAfter: 10}, 0)
+	assert.Greater(t, life.Revision, held)
+	res, _ := life.Report(p, now+1, Report{Revision: held, Outcome: OutcomeSuccess}, 0)
+	assert.False(t, res.Accepted, "a report from the previous life is stale")
 }

@@ -163,16 +163,28 @@ func runSequence(t *testing.T, rng *rand.Rand, name string, steps int) {
 		}
 
 		var v violations
-		// The revision never decreases and grows by exactly one per event.
-		v.check(s.Revision == before.Revision+uint64(len(res.events)), "revision %d after %d with %d events", s.Revision, before.Revision, len(res.events))
-
 		// Events chain: each starts where the previous one ended, with the
-		// next revision, at now; the op settles first.
+		// next revision (the first one's is its time), at now or, for a
+		// timed transition, at the instant it became due; the op settles
+		// first.
 		for _, e := range res.events {
 			v.check(e.From == last.To, "event %+v does not start where %+v ended", e, last)
-			v.check(e.Revision == last.Revision+1, "event %+v does not follow revision %d", e, last.Revision)
-			v.check(e.At == now, "event %+v not at now", e)
+			if last.Revision == 0 {
+				v.check(e.Revision == uint64(e.At), "first event %+v does not take its time as revision", e)
+			} else {
+				v.check(e.Revision == last.Revision+1, "event %+v does not follow revision %d", e, last.Revision)
+			}
+			if e.Cause == CauseOpenExpired || e.Cause == CauseForceExpired {
+				v.check(e.At <= now && e.At >= last.At, "timed event %+v not between %d and now", e, last.At)
+			} else {
+				v.check(e.At == now, "event %+v not at now", e)
+			}
 			last = e
+		}
+		// The revision never decreases and is the last event's.
+		v.check(s.Revision >= before.Revision, "revision %d after %d", s.Revision, before.Revision)
+		if len(res.events) > 0 {
+			v.check(s.Revision == res.events[len(res.events)-1].Revision, "revision %d, last event %+v", s.Revision, res.events[len(res.events)-1])
 		}
 		v.check(len(res.events) >= settled, "the op yields %d events, settling alone %d", len(res.events), settled)
 

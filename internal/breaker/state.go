@@ -102,14 +102,20 @@ func (s *State) phase() Phase {
 	return s.Phase
 }
 
-// transition moves to phase to, bumps the revision, drops every lease and
-// returns the event.
-func (s *State) transition(now int64, to Phase, cause Cause, actor, reason string) Event {
-	ev := Event{At: now, From: s.phase(), To: to, Cause: cause, Revision: s.Revision + 1, Actor: actor, Reason: reason}
-	s.Revision++
+// transition moves to phase to at time at, bumps the revision, drops every
+// lease and returns the event.
+//
+// A connection's first transition takes at (Unix ms) as its revision, and
+// each later one adds one: a connection that expired idle and comes back
+// starts above every revision of its previous life (which would have
+// needed more transitions than milliseconds passed to reach it), so a
+// report held across that gap cannot match the new life.
+func (s *State) transition(at int64, to Phase, cause Cause, actor, reason string) Event {
+	s.Revision = nextRevision(s.Revision, at)
+	ev := Event{At: at, From: s.phase(), To: to, Cause: cause, Revision: s.Revision, Actor: actor, Reason: reason}
 	s.Phase = to
 	s.Cause = cause
-	s.ChangedAt = now
+	s.ChangedAt = at
 	s.Successes, s.Failures = 0, 0
 	s.Leases = nil
 	if to != Open {
@@ -118,15 +124,25 @@ func (s *State) transition(now int64, to Phase, cause Cause, actor, reason strin
 	return ev
 }
 
+// nextRevision is the revision of a transition at time at after rev.
+func nextRevision(rev uint64, at int64) uint64 {
+	if rev == 0 && at > 0 {
+		return uint64(at)
+	}
+	return rev + 1
+}
+
 func (s *State) resetCounts() {
 	s.Consecutive = 0
 	s.Window = Window{}
 }
 
 // Settle applies what time alone does: expired leases lapse, an expired
-// override ends, an ended open period turns half-open. Admit, Report, Force
-// and ExtendLease settle first; readers settle a copy to show the state as
-// of now.
+// override ends, an ended open period turns half-open. Each timed
+// transition is stamped with the instant it became due (the override's or
+// the open's end), not with now, so that whoever applies it — an Admit, a
+// reader or the store's sweeper — records the same event. Admit, Report,
+// Force and ExtendLease settle first.
 func (s *State) Settle(now int64) []Event {
 	lapsed := func(l Lease) bool { return l.Expires <= now }
 	if slices.ContainsFunc(s.Leases, lapsed) {
@@ -136,17 +152,17 @@ func (s *State) Settle(now int64) []Event {
 	}
 	var evs []Event
 	if s.Override != NoOverride && s.OverrideUntil > 0 && now >= s.OverrideUntil {
-		forced := s.Override
+		forced, at := s.Override, s.OverrideUntil
 		s.Override, s.OverrideUntil = NoOverride, 0
 		if forced == ForcedOpen {
-			evs = append(evs, s.transition(now, HalfOpen, CauseForceExpired, "", ""))
+			evs = append(evs, s.transition(at, HalfOpen, CauseForceExpired, "", ""))
 		} else {
 			s.resetCounts()
-			evs = append(evs, s.transition(now, Closed, CauseForceExpired, "", ""))
+			evs = append(evs, s.transition(at, Closed, CauseForceExpired, "", ""))
 		}
 	}
 	if s.Override == NoOverride && s.phase() == Open && now >= s.OpenUntil {
-		evs = append(evs, s.transition(now, HalfOpen, CauseOpenExpired, "", ""))
+		evs = append(evs, s.transition(s.OpenUntil, HalfOpen, CauseOpenExpired, "", ""))
 	}
 	return evs
 }
