@@ -11,7 +11,10 @@ import (
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
-var errWatchLost = errors.New("event subscription lost; reconnect")
+// errWatchLost ends a watch stream whose events may have gaps: the shared
+// Redis subscription broke (or was re-established after a drop), or the
+// stream fell too far behind. Clients reconnect with snapshot=true.
+var errWatchLost = errors.New("watch interrupted, events may have been missed: re-read the state (snapshot) and watch again")
 
 // adminService implements cooldownv1connect.AdminServiceHandler.
 type adminService struct{ *Server }
