@@ -69,9 +69,15 @@ func ReadErrorBody(ctx context.Context, resp *http.Response, limit int64) ([]byt
 // quotaCodes are the error type/code values that mean the account's quota
 // or balance is exhausted, not a momentary rate limit.
 var quotaCodes = map[string]bool{
-	"insufficient_quota":         true,
-	"billing_hard_limit_reached": true,
-	"billing_not_active":         true,
+	"insufficient_quota":         true, // OpenAI, and the many OpenAI-compatible APIs
+	"billing_hard_limit_reached": true, // OpenAI
+	"billing_not_active":         true, // OpenAI
+	"billing_error":              true, // Anthropic (HTTP 402)
+	"credit_balance_exhausted":   true,
+	"credit_balance_too_low":     true,
+	"insufficient_balance":       true, // DeepSeek (HTTP 402), Moonshot
+	"insufficient_credits":       true, // OpenRouter (HTTP 402)
+	"payment_required":           true,
 }
 
 // errorInfo is what an error body says, reduced to short machine codes.

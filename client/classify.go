@@ -24,7 +24,7 @@ const (
 	OutcomeTransientFailure                // 408, 409, 5xx but 501/505, dropped connections, timeouts
 	OutcomeRateLimited                     // 429
 	OutcomeOverloaded                      // 529, overloaded_error, 503 overloaded
-	OutcomeQuotaExhausted                  // 429/403 with insufficient_quota or a billing code
+	OutcomeQuotaExhausted                  // 402; 400/403/429 with insufficient_quota or a billing code
 	OutcomeAuthFailure                     // 401, 403
 	OutcomeClientError                     // other 4xx, 501, 505, TLS certificate, DNS not found
 	OutcomeCanceled                        // the caller canceled or its deadline passed
@@ -49,8 +49,8 @@ type Classification struct {
 	Outcome Outcome
 	// Retryable reports whether the guard may retry this call.
 	Retryable bool
-	// RetryAfter is the delay the server asked for (0 = none given): the
-	// longest of its retry headers, never shortened.
+	// RetryAfter is the delay the server asked for (0 = none given), read
+	// in the SDKs' precedence (see [ServerDelay]), at most [MaxHint].
 	RetryAfter time.Duration
 	// HTTPStatus is the response status, 0 when there was no response.
 	HTTPStatus int
@@ -111,10 +111,12 @@ func (r Rules) withDefaults() Rules {
 // [OutcomeCanceled].
 //
 // Order of precedence for a response: the status sets Outcome and
-// Retryable; a quota body (429/403) makes it QuotaExhausted and not
-// retryable, an overloaded body makes it Overloaded and retryable; then
-// x-should-retry overrides Retryable (except for quota); then a server delay
-// above MaxServerDelay makes it not retryable and TooLong.
+// Retryable; a quota or billing body (on 402, 403 or 429) makes it
+// QuotaExhausted and not retryable; on a 5xx or 429, an overloaded body
+// makes it Overloaded and retryable; then x-should-retry overrides
+// Retryable (except for quota and for a 400: a malformed request never
+// succeeds on retry, whatever its body or headers say); then a server
+// delay above MaxServerDelay makes it not retryable and TooLong.
 func Classify(r Rules, resp *http.Response, body []byte, err error, ctxErr error) Classification {
 	r = r.withDefaults()
 	var c Classification
@@ -144,13 +146,15 @@ func classifyResponse(r Rules, resp *http.Response, body []byte) Classification 
 	info := parseErrorBody(body[:min(int64(len(body)), r.MaxBodyBytes)])
 	c.ErrorCode = info.errorCode()
 	switch {
-	case info.quota != "" && (s == http.StatusTooManyRequests || s == http.StatusForbidden):
+	case info.quota != "" && quotaStatus(s):
 		c.Outcome, c.Retryable = OutcomeQuotaExhausted, false
-	case info.says("overloaded_error"),
+	case s == http.StatusBadRequest:
+		// The caller's request is wrong: never retried, whatever it says.
+	case (s >= 500 || s == http.StatusTooManyRequests) && info.says("overloaded_error"),
 		s == http.StatusServiceUnavailable && info.says("overload"):
 		c.Outcome, c.Retryable = OutcomeOverloaded, true
 	}
-	if retry, ok := ShouldRetryHeader(resp.Header); ok && c.Outcome != OutcomeQuotaExhausted {
+	if retry, ok := ShouldRetryHeader(resp.Header); ok && c.Outcome != OutcomeQuotaExhausted && s != http.StatusBadRequest {
 		c.Retryable = retry
 	}
 	if d, ok := ServerDelay(resp.Header, r.Now()); ok {
@@ -173,12 +177,25 @@ func statusOutcome(s int) (Outcome, bool) {
 		return OutcomeOverloaded, true
 	case s == http.StatusUnauthorized, s == http.StatusForbidden:
 		return OutcomeAuthFailure, false
+	case s == http.StatusPaymentRequired:
+		return OutcomeQuotaExhausted, false
 	case s == http.StatusNotImplemented, s == http.StatusHTTPVersionNotSupported:
 		return OutcomeClientError, false
 	case s >= 500 && s <= 599:
 		return OutcomeTransientFailure, true
 	}
 	return OutcomeClientError, false
+}
+
+// quotaStatus reports whether a status may carry a quota or billing body:
+// 429 and 403 (OpenAI), 402 (Anthropic, DeepSeek, OpenRouter). A 400 is
+// the request's fault whatever its body says.
+func quotaStatus(s int) bool {
+	switch s {
+	case http.StatusPaymentRequired, http.StatusForbidden, http.StatusTooManyRequests:
+		return true
+	}
+	return false
 }
 
 // canceled is the verdict for a call the caller abandoned.

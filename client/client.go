@@ -5,42 +5,65 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
-	"github.com/cooldownd/cooldownd/internal/keys"
 )
+
+// MaxEndpoints is the most cooldownd URLs one Client takes.
+const MaxEndpoints = 16
+
+// cooldownService is the generated Connect client of one endpoint.
+type cooldownService = cooldownv1connect.CooldownServiceClient
+
+// endpoint is one cooldownd replica (or load-balanced address).
+type endpoint struct {
+	url  string
+	http connect.HTTPClient
+	rpc  cooldownService
+}
 
 // Client talks to cooldownd and guards provider calls with its decisions.
 // It is safe for concurrent use; create one per process and share it.
 type Client struct {
-	cfg   config
-	http  connect.HTTPClient
-	rpc   cooldownv1connect.CooldownServiceClient
-	local *local
-	log   *slog.Logger
-	now   func() time.Time
+	cfg       config
+	endpoints []endpoint
+	current   atomic.Int32 // the endpoint calls go to first
+	local     *local
+	health    *health
+	queue     *reportQueue
+	revs      revisions
+	log       *slog.Logger
+	now       func() time.Time
+	sleep     func(context.Context, time.Duration) error
+
+	localDecisions atomic.Uint64
+
+	closed  context.Context // ends at Close
+	close   context.CancelFunc
+	senders sync.WaitGroup
 }
 
-// New returns a Client for the cooldownd at baseURL (http:// or https://,
-// e.g. "http://cooldownd:8080"). It checks the options but does not
-// contact cooldownd: a Client works (deciding in-process, see [FailMode])
-// even when cooldownd is down at start.
+// New returns a Client for cooldownd at baseURL (http:// or https://, e.g.
+// "http://cooldownd:8080"). baseURL may list several replicas separated by
+// commas ("http://cd-0:8080,http://cd-1:8080"): calls go to one of them
+// (picked at random per Client, to spread a fleet) and move to the next
+// when it does not answer, before the Client counts an outage (see
+// [WithDegradeAfter]). New checks the options but does not contact
+// cooldownd: a Client works (deciding in-process, see [FailMode]) even when
+// cooldownd is down at start.
 func New(baseURL string, opts ...Option) (*Client, error) {
-	u, err := url.Parse(baseURL)
-	switch {
-	case err != nil:
-		return nil, errors.New("client: invalid base URL")
-	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
-		return nil, errors.New("client: base URL must be http:// or https:// with a host")
-	case u.User != nil:
-		return nil, errors.New("client: base URL must not hold credentials; use WithToken")
+	urls, err := parseEndpoints(baseURL)
+	if err != nil {
+		return nil, err
 	}
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -48,41 +71,54 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 			o.applyToClient(&cfg)
 		}
 	}
-	if err := cfg.policy.Validate(); err != nil {
-		return nil, fmt.Errorf("client: local policy: %w", err)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
-	if n := len(cfg.salt); n != 0 && (n < keys.MinSaltLen || n > keys.MaxSaltLen) {
-		return nil, fmt.Errorf("client: salt must be empty or %d to %d bytes, got %d", keys.MinSaltLen, keys.MaxSaltLen, n)
-	}
-	if cfg.failMode != FailOpen && cfg.failMode != FailClosed {
-		return nil, fmt.Errorf("client: unknown fail mode %d", cfg.failMode)
-	}
-	cfg.rules = cfg.rules.withDefaults()
-	if cfg.maxWait <= 0 {
-		cfg.maxWait = cfg.rules.MaxServerDelay
-	}
-	cfg.backoffCap = max(cfg.backoffCap, cfg.backoffBase)
 	log := cfg.logger
 	if log == nil {
 		log = slog.Default()
 	}
 	log = log.With(slog.String("component", "cooldownd-client"))
-	hc := cfg.httpClient
-	if hc == nil {
-		hc = newHTTPClient(u.Scheme)
-	}
 	var copts []connect.ClientOption
 	if cfg.token != "" {
 		copts = append(copts, connect.WithInterceptors(bearer(cfg.token)))
 	}
-	return &Client{
-		cfg:   cfg,
-		http:  hc,
-		rpc:   cooldownv1connect.NewCooldownServiceClient(hc, strings.TrimRight(baseURL, "/"), copts...),
-		local: newLocal(cfg, log),
-		log:   log,
-		now:   time.Now,
-	}, nil
+	c := &Client{cfg: cfg, local: newLocal(cfg, log), queue: newReportQueue(cfg.queueSize, cfg.queueMaxAge),
+		log: log, now: cfg.now, sleep: cfg.sleep}
+	for _, u := range urls {
+		hc := cfg.httpClient
+		if hc == nil {
+			hc = newHTTPClient(u.Scheme) // one per endpoint: each learns its own protocol
+		}
+		s := strings.TrimRight(u.String(), "/")
+		c.endpoints = append(c.endpoints, endpoint{url: s, http: hc,
+			rpc: cooldownv1connect.NewCooldownServiceClient(hc, s, copts...)})
+	}
+	c.current.Store(int32(rand.N(len(c.endpoints))))
+	c.health = newHealth(cfg, len(c.endpoints), log, c.local.forget)
+	c.closed, c.close = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// parseEndpoints parses the comma-separated cooldownd URLs of [New].
+func parseEndpoints(list string) ([]*url.URL, error) {
+	var out []*url.URL
+	for _, s := range strings.Split(list, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		switch {
+		case err != nil:
+			return nil, errors.New("client: invalid base URL")
+		case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+			return nil, errors.New("client: base URL must be http:// or https:// with a host")
+		case u.User != nil:
+			return nil, errors.New("client: base URL must not hold credentials; use WithToken")
+		}
+		out = append(out, u)
+	}
+	if len(out) > MaxEndpoints {
+		return nil, fmt.Errorf("client: at most %d base URLs, got %d", MaxEndpoints, len(out))
+	}
+	return out, nil
 }
 
 // bearer returns an interceptor that sends token as a bearer token.
@@ -99,37 +135,86 @@ func bearer(token string) connect.UnaryInterceptorFunc {
 // CloseIdleConnections closes idle connections to cooldownd. The Client
 // stays usable.
 func (c *Client) CloseIdleConnections() {
-	if ci, ok := c.http.(interface{ CloseIdleConnections() }); ok {
-		ci.CloseIdleConnections()
+	for _, e := range c.endpoints {
+		if ci, ok := e.http.(interface{ CloseIdleConnections() }); ok {
+			ci.CloseIdleConnections()
+		}
 	}
+}
+
+// Close stops the Client's background work: the sender of queued reports
+// (call [Client.Flush] first to deliver them) and idle connections. A
+// closed Client still decides, but queues nothing more for later.
+func (c *Client) Close() error {
+	c.close()
+	c.senders.Wait()
+	c.CloseIdleConnections()
+	return nil
 }
 
 // Degraded reports whether the client currently decides in-process because
-// cooldownd did not answer.
-func (c *Client) Degraded() bool { return c.local.isDegraded() }
+// cooldownd did not answer repeatedly (see [WithDegradeAfter]).
+func (c *Client) Degraded() bool { return c.health.isDegraded() }
 
-// degradable reports whether a cooldownd error means "not reachable or not
-// able to decide now" rather than "this request is refused". Callers check
-// their own context first, so a canceled code here comes from the
-// transport (a connection closed under the call), not from the caller.
-func degradable(err error) bool {
-	switch connect.CodeOf(err) {
-	case connect.CodeInvalidArgument, connect.CodeUnauthenticated, connect.CodePermissionDenied,
-		connect.CodeFailedPrecondition, connect.CodeNotFound, connect.CodeAlreadyExists,
-		connect.CodeOutOfRange, connect.CodeUnimplemented, connect.CodeResourceExhausted:
-		return false
+// rpcKind is what one call to cooldownd came to.
+type rpcKind int
+
+const (
+	rpcOK       rpcKind = iota
+	rpcRejected         // a configuration or caller error: never an outage
+	rpcCapped           // the tenant's connection cap: decided in-process, not an outage
+	rpcOutage           // no answer: transport failure, unavailable, deadline
+	rpcFailed           // an answer that decides nothing (internal, unknown…)
+)
+
+// classifyRPC sorts a Connect error. Callers check their own context
+// first, so a canceled code here comes from the transport (a connection
+// closed under the call), not from the caller.
+func classifyRPC(err error) rpcKind {
+	if err == nil {
+		return rpcOK
 	}
-	return true
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated, connect.CodePermissionDenied, connect.CodeInvalidArgument,
+		connect.CodeFailedPrecondition, connect.CodeNotFound, connect.CodeAlreadyExists,
+		connect.CodeOutOfRange, connect.CodeUnimplemented:
+		return rpcRejected
+	case connect.CodeResourceExhausted:
+		return rpcCapped
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeCanceled:
+		return rpcOutage
+	}
+	return rpcFailed
 }
 
-// capped reports whether cooldownd refused to track a new connection
-// because the tenant's connection cap is reached. The call is then decided
-// in-process, without treating cooldownd as down.
-func capped(err error) bool { return connect.CodeOf(err) == connect.CodeResourceExhausted }
-
-// rpcContext bounds one call to cooldownd.
-func (c *Client) rpcContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, c.cfg.admitTimeout)
+// call runs do against the endpoints, the preferred one first, within one
+// admit timeout in all. An endpoint that does not answer loses its place
+// to the next, and the call moves on to it while time is left. It returns
+// the endpoints it tried, the kind of the last result and its error.
+func (c *Client) call(ctx context.Context, op string, do func(context.Context, cooldownService) error) ([]int, rpcKind, error) {
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.admitTimeout)
+	defer cancel()
+	n := len(c.endpoints)
+	start := int(c.current.Load())
+	tried := make([]int, 0, n)
+	var err error
+	for i := range n {
+		e := (start + i) % n
+		tried = append(tried, e)
+		err = do(rctx, c.endpoints[e].rpc)
+		kind := classifyRPC(err)
+		if kind != rpcOutage {
+			return tried, kind, err
+		}
+		if c.current.CompareAndSwap(int32(e), int32((e+1)%n)) && n > 1 {
+			c.log.Debug("cooldownd endpoint did not answer; moving to the next", slog.String("op", op),
+				slog.String("endpoint", c.endpoints[e].url), slog.String("code", connect.CodeOf(err).String()))
+		}
+		if rctx.Err() != nil {
+			break
+		}
+	}
+	return tried, rpcOutage, err
 }
 
 // Admit asks whether a call may go to one of the candidates, in order of
@@ -137,47 +222,60 @@ func (c *Client) rpcContext(ctx context.Context) (context.Context, context.Cance
 // answer, not an error: check [Admission.Decision]. Every allowed
 // admission must be followed by one [Client.Report].
 //
-// When cooldownd does not answer within the admit timeout, or is
-// unreachable, the in-process breaker decides ([Admission.Local]) with
-// [FailOpen]; with [FailClosed] the error wraps [ErrUnavailable]. Either
-// way the outage is logged once, and cooldownd is tried again about once a
-// second until it answers. The same happens, for this call only, when
-// cooldownd cannot track a new connection because the tenant's connection
-// cap is reached. Other errors: an invalid candidate
-// ([ErrInvalidConn]), the context's end, or a request cooldownd rejected
-// (for example a bad token).
+// When no endpoint of cooldownd answers within the admit timeout, this
+// call is decided by the fail mode: by the in-process breaker
+// ([Admission.Local]) with [FailOpen], or an error wrapping
+// [ErrUnavailable] with [FailClosed]. After repeated such failures the
+// client degrades (see [WithDegradeAfter]): calls are decided in-process
+// without trying cooldownd, which is tried again about once a second until
+// it answers. The same happens, for this call only and whatever the fail
+// mode, when cooldownd cannot track a new connection because the tenant's
+// connection cap is reached. Other errors: an invalid candidate
+// ([ErrInvalidConn]), the context's end, or a request cooldownd refused
+// (a [*RejectedError], for example for a bad token).
 func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 	if err := validConns(cands); err != nil {
 		return Admission{}, err
 	}
-	if !c.local.useService(c.now()) {
+	if !c.health.useService(c.now()) {
 		return c.admitLocal(cands, nil)
 	}
 	req := &cooldownv1.AdmitRequest{Candidates: make([]*cooldownv1.Connection, len(cands))}
 	for i, cand := range cands {
 		req.Candidates[i] = wireConn(cand)
 	}
-	rctx, cancel := c.rpcContext(ctx)
-	defer cancel()
-	resp, err := c.rpc.Admit(rctx, connect.NewRequest(req))
-	if err != nil {
-		if ctx.Err() != nil {
-			return Admission{}, fmt.Errorf("client: admit: %w", ctx.Err())
-		}
-		switch {
-		case degradable(err):
-			c.local.down(c.now(), "admit", err)
-			return c.admitLocal(cands, err)
-		case capped(err):
-			// The tenant's cap is not an outage: the call goes ahead,
-			// decided in-process, whatever the fail mode.
-			c.local.capped(err)
-			return c.local.admit(c.now(), cands), nil
-		}
-		return Admission{}, fmt.Errorf("client: admit: %w", err)
+	var resp *connect.Response[cooldownv1.AdmitResponse]
+	tried, kind, err := c.call(ctx, "admit", func(ctx context.Context, rpc cooldownService) error {
+		var err error
+		resp, err = rpc.Admit(ctx, connect.NewRequest(req))
+		return err
+	})
+	if kind != rpcOK && ctx.Err() != nil {
+		return Admission{}, fmt.Errorf("client: admit: %w", ctx.Err())
 	}
-	c.local.up()
-	return admission(resp.Msg, cands)
+	switch kind {
+	case rpcOK:
+		c.health.success()
+		a, err := admission(resp.Msg, cands)
+		if err == nil {
+			c.revs.see(a.Conn.id, a.Revision)
+		}
+		return a, err
+	case rpcRejected:
+		return Admission{}, &RejectedError{Op: "admit", Code: connect.CodeOf(err), Err: err}
+	case rpcCapped:
+		// The tenant's cap is not an outage: the call goes ahead,
+		// decided in-process, whatever the fail mode.
+		c.local.capped(err)
+		c.localDecisions.Add(1)
+		return c.local.admit(c.now(), cands), nil
+	case rpcOutage:
+		c.health.failure(c.now(), "admit", tried, err)
+	default:
+		c.log.Debug("cooldownd could not decide; this call is decided in-process",
+			slog.String("code", connect.CodeOf(err).String()), slog.String("error", err.Error()))
+	}
+	return c.admitLocal(cands, err)
 }
 
 // admitLocal decides in-process, or fails closed.
@@ -188,6 +286,7 @@ func (c *Client) admitLocal(cands []Conn, cause error) (Admission, error) {
 		}
 		return Admission{}, fmt.Errorf("client: admit: %w", ErrUnavailable)
 	}
+	c.localDecisions.Add(1)
 	return c.local.admit(c.now(), cands), nil
 }
 
@@ -214,95 +313,4 @@ func admission(m *cooldownv1.AdmitResponse, cands []Conn) (Admission, error) {
 
 func wireConn(c Conn) *cooldownv1.Connection {
 	return &cooldownv1.Connection{Id: c.id.Bytes(), Label: c.label}
-}
-
-// Report records the outcome of the call admitted by a. Only a's Conn,
-// Revision, LeaseToken and Local are read, so a caller that kept just those
-// may fill in an Admission itself. A classification without an outcome is
-// an error; [OutcomeCanceled] releases a probe lease without changing the
-// state.
-//
-// Report is sent even when ctx is already canceled (bounded by the admit
-// timeout), so that a canceled call still releases its lease. While
-// cooldownd is unreachable the outcome goes to the in-process breaker and
-// Report returns nil.
-func (c *Client) Report(ctx context.Context, a Admission, cl Classification) error {
-	_, err := c.report(ctx, a, cl)
-	return err
-}
-
-// report sends a report and says whether the connection is open after it.
-func (c *Client) report(ctx context.Context, a Admission, cl Classification) (open bool, err error) {
-	if a.Conn.IsZero() {
-		return false, fmt.Errorf("client: report: %w: zero Conn", ErrInvalidConn)
-	}
-	if cl.Outcome < OutcomeSuccess || cl.Outcome > OutcomeCanceled {
-		return false, fmt.Errorf("client: report: invalid outcome %s", cl.Outcome)
-	}
-	if a.Local {
-		return c.local.report(c.now(), a, cl, false).open, nil
-	}
-	if !c.local.useService(c.now()) {
-		return c.local.report(c.now(), a, cl, true).open, nil
-	}
-	req := &cooldownv1.ReportRequest{
-		Connection: wireConn(a.Conn), Revision: a.Revision, LeaseToken: a.LeaseToken,
-		Outcome:    cooldownv1.Outcome(cl.Outcome),
-		HttpStatus: uint32(max(cl.HTTPStatus, 0)),
-		ErrorCode:  cl.ErrorCode,
-	}
-	if d := reportDelay(cl); d > 0 {
-		req.RetryAfter = durationpb.New(d)
-	}
-	rctx, cancel := c.rpcContext(context.WithoutCancel(ctx))
-	defer cancel()
-	resp, err := c.rpc.Report(rctx, connect.NewRequest(req))
-	if err != nil {
-		switch {
-		case degradable(err):
-			c.local.down(c.now(), "report", err)
-			return c.local.report(c.now(), a, cl, true).open, nil
-		case capped(err):
-			c.local.capped(err) // the outcome cannot be shared; the call itself went fine
-			return false, nil
-		}
-		return false, fmt.Errorf("client: report: %w", err)
-	}
-	c.local.up()
-	return resp.Msg.GetState() == cooldownv1.State_STATE_OPEN, nil
-}
-
-// ExtendLease keeps the probe lease of a alive for ttl from now (ttl ≤ 0:
-// the policy's lease TTL) and returns its new expiry. Use it for probes
-// that run longer than the lease TTL. Only a's Conn, LeaseToken and Local
-// are read.
-func (c *Client) ExtendLease(ctx context.Context, a Admission, ttl time.Duration) (time.Time, error) {
-	switch {
-	case a.Conn.IsZero():
-		return time.Time{}, fmt.Errorf("client: extend lease: %w: zero Conn", ErrInvalidConn)
-	case a.LeaseToken == "":
-		return time.Time{}, errors.New("client: extend lease: no lease token")
-	}
-	if a.Local {
-		t, err := c.local.extend(c.now(), a, ttl)
-		if err != nil {
-			return time.Time{}, fmt.Errorf("client: extend lease: %w", err)
-		}
-		return t, nil
-	}
-	req := &cooldownv1.ExtendLeaseRequest{Connection: wireConn(a.Conn), LeaseToken: a.LeaseToken}
-	if ttl > 0 {
-		req.Ttl = durationpb.New(ttl)
-	}
-	rctx, cancel := c.rpcContext(ctx)
-	defer cancel()
-	resp, err := c.rpc.ExtendLease(rctx, connect.NewRequest(req))
-	if err != nil {
-		if ctx.Err() == nil && degradable(err) {
-			c.local.down(c.now(), "extend_lease", err)
-		}
-		return time.Time{}, fmt.Errorf("client: extend lease: %w", err)
-	}
-	c.local.up()
-	return resp.Msg.GetLeaseExpiresAt().AsTime(), nil
 }

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"connectrpc.com/connect"
 )
 
 var (
@@ -129,3 +131,33 @@ func (e *Error) Error() string {
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// ErrRejected matches every [*RejectedError] with [errors.Is].
+var ErrRejected = errors.New("client: cooldownd rejected the request")
+
+// RejectedError is returned when cooldownd answered and refused the
+// request: a configuration or caller error (a bad or missing token, a
+// role without the right, an invalid argument, a lease that is no longer
+// held, a method the server does not have). It is never taken for an
+// outage: the call is not decided in-process, whatever the fail mode, and
+// the guards return it as is. It matches [ErrRejected] with [errors.Is],
+// and [connect.CodeOf] reads its code.
+type RejectedError struct {
+	// Op is the call that was refused: "admit", "report" or "extend lease".
+	Op string
+	// Code is cooldownd's answer.
+	Code connect.Code
+	// Err is the Connect error.
+	Err error
+}
+
+// Error describes the refusal.
+func (e *RejectedError) Error() string {
+	return "client: " + e.Op + ": cooldownd rejected the request (" + e.Code.String() + "): " + e.Err.Error()
+}
+
+// Is reports whether target is [ErrRejected].
+func (e *RejectedError) Is(target error) bool { return target == ErrRejected }
+
+// Unwrap returns the Connect error.
+func (e *RejectedError) Unwrap() error { return e.Err }

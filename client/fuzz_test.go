@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // More seeds live in testdata/fuzz/<FuzzName>/.
@@ -27,9 +26,17 @@ func FuzzParseRetryAfter(f *testing.F) {
 		}
 		assert.GreaterOrEqual(t, d, time.Duration(0))
 		assert.LessOrEqual(t, d, maxHint)
-		// Integer delta-seconds within a year agree with strconv.
-		if n, err := strconv.ParseUint(strings.Trim(v, " \t"), 10, 64); err == nil {
-			assert.Equal(t, time.Duration(n)*time.Second, d)
+		// Integer delta-seconds agree with strconv, capped at MaxHint;
+		// digits too many for a uint64 are a valid, very long delay.
+		digits := strings.Trim(v, " \t")
+		if n, err := strconv.ParseUint(digits, 10, 64); err == nil {
+			want := MaxHint
+			if n <= uint64(MaxHint/time.Second) {
+				want = time.Duration(n) * time.Second
+			}
+			assert.Equal(t, want, d)
+		} else if digits != "" && strings.Trim(digits, "0123456789") == "" {
+			assert.Equal(t, MaxHint, d, "a huge integer is the longest delay, not garbage")
 		}
 	})
 }
@@ -48,8 +55,12 @@ func FuzzOpenAIResetDuration(f *testing.F) {
 		assert.LessOrEqual(t, d, maxHint)
 		// What we accept is a subset of Go durations and means the same,
 		// up to Go's float rounding of fractions (we round up, never down).
+		// Above MaxHint (or past Go's range) the value is capped.
 		want, err := time.ParseDuration(strings.TrimSpace(s))
-		require.NoError(t, err, "accepted %q, which Go rejects", s)
+		if err != nil || want > MaxHint {
+			assert.Equal(t, MaxHint, d, "value of %q", s)
+			return
+		}
 		assert.InDelta(t, want, d, float64(time.Microsecond), "value of %q", s)
 	})
 }

@@ -80,7 +80,7 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 				return nil, denied(adm, attempts, last)
 			}
 			c.log.Debug("waiting for a denied connection", slog.Any("admission", adm), slog.Duration("wait", d))
-			if sleep(ctx, d) != nil {
+			if c.sleep(ctx, d) != nil {
 				return nil, ended(ctx, last, adm.Conn)
 			}
 			waited += d
@@ -115,7 +115,7 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 			c.log.Debug("retrying provider call", slog.Any("conn", adm.Conn), slog.Int("attempt", attempts),
 				slog.String("outcome", cl.Outcome.String()), slog.Int("http_status", cl.HTTPStatus),
 				slog.String("error_code", cl.ErrorCode), slog.Duration("delay", delay))
-			if sleep(ctx, delay) != nil {
+			if c.sleep(ctx, delay) != nil {
 				return nil, ended(ctx, last, adm.Conn)
 			}
 		case providerFault(cl.Outcome) && len(live) > 1:

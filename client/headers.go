@@ -7,9 +7,14 @@ import (
 	"time"
 )
 
-// maxHint is the longest delay any header may ask for. Longer values are
-// treated as garbage rather than obeyed.
-const maxHint = 365 * 24 * time.Hour
+// MaxHint is the longest delay a header is read as (and a report sends):
+// a valid value above it — a Retry-After of a billion seconds, a date years
+// ahead — is a very long delay, capped to MaxHint, never garbage. It is
+// also the longest retry_after cooldownd accepts.
+const MaxHint = 24 * time.Hour
+
+// maxHint is [MaxHint], for the parsers.
+const maxHint = MaxHint
 
 // ParseRetryAfter parses a Retry-After value (RFC 9110 §10.2.3) relative to now.
 //
@@ -24,8 +29,8 @@ const maxHint = 365 * 24 * time.Hour
 //     accepts them. A date in the past yields 0 with ok=true.
 //
 // Surrounding spaces and tabs are ignored (RFC 9110 field values exclude
-// them), so "  5" is 5s. An empty value, or a delay above one year, yields
-// ok=false.
+// them), so "  5" is 5s. An empty value yields ok=false. A valid delay
+// above [MaxHint], however many digits, yields MaxHint with ok=true.
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	v = strings.Trim(v, " \t")
 	if v == "" {
@@ -38,34 +43,24 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	d := t.Sub(now)
-	switch {
-	case d < 0:
-		return 0, true
-	case d > maxHint:
-		return 0, false
-	}
-	return d, true
+	return min(max(t.Sub(now), 0), maxHint), true
 }
 
-// ServerDelay returns the delay the response headers ask for. It reads
-// retry-after-ms, then x-ms-retry-after-ms (Azure; values ≤ 0 such as -1 are
-// ignored), then Retry-After. Because a server delay is never shortened, the
-// result is the longest of the valid values: a coarse Retry-After (whole
-// seconds) never cuts a longer millisecond hint short, and vice versa.
-// ok=false when no header holds a valid value.
+// ServerDelay returns the delay the response headers ask for, in the
+// precedence of the providers' own SDKs (openai-python, anthropic-sdk,
+// the Azure SDKs): the first valid one of retry-after-ms, then
+// x-ms-retry-after-ms (Azure; values ≤ 0 such as -1 are ignored), then
+// Retry-After. A precise millisecond hint wins over a coarse Retry-After,
+// so "retry-after-ms: 2000" with "Retry-After: 120" is 2 s. ok=false when
+// no header holds a valid value.
 func ServerDelay(h http.Header, now time.Time) (time.Duration, bool) {
-	var best time.Duration
-	found := false
-	take := func(d time.Duration, ok bool) {
-		if ok {
-			best, found = max(best, d), true
-		}
+	if d, ok := parseMillis(h.Get("Retry-After-Ms"), false); ok {
+		return d, true
 	}
-	take(parseMillis(h.Get("Retry-After-Ms"), false))
-	take(parseMillis(h.Get("X-Ms-Retry-After-Ms"), true))
-	take(ParseRetryAfter(h.Get("Retry-After"), now))
-	return best, found
+	if d, ok := parseMillis(h.Get("X-Ms-Retry-After-Ms"), true); ok {
+		return d, true
+	}
+	return ParseRetryAfter(h.Get("Retry-After"), now)
 }
 
 // parseMillis parses a non-negative decimal number of milliseconds. With
@@ -103,9 +98,9 @@ var anthropicLimits = [...]string{"requests", "tokens", "input-tokens", "output-
 // x-ratelimit-reset-{requests,tokens} as a Go-like duration ("6m0s", "1.5s",
 // "20ms"). Anthropic: anthropic-ratelimit-{requests,tokens,input-tokens,
 // output-tokens}-remaining equal to 0 with the matching -reset as an RFC 3339
-// time. The result is the longest delay among exhausted limits. ok=false when
-// no limit is exhausted with a valid reset that lies in the future (and at
-// most one year ahead), so ok implies d > 0.
+// time. The result is the longest delay among exhausted limits, at most
+// [MaxHint]. ok=false when no limit is exhausted with a valid reset that
+// lies in the future, so ok implies d > 0.
 func ProactiveDelay(h http.Header, now time.Time) (time.Duration, bool) {
 	var best time.Duration
 	for _, kind := range [...]string{"requests", "tokens"} {
@@ -125,9 +120,7 @@ func ProactiveDelay(h http.Header, now time.Time) (time.Duration, bool) {
 		if err != nil {
 			continue
 		}
-		if d := t.Sub(now); d <= maxHint {
-			best = max(best, d)
-		}
+		best = max(best, min(t.Sub(now), maxHint))
 	}
 	return best, best > 0
 }
@@ -147,8 +140,8 @@ var resetUnits = [...]struct {
 // parseResetDuration parses an OpenAI x-ratelimit-reset-* value: a sequence
 // of decimal numbers each followed by a unit (h, m, s, ms), units strictly
 // decreasing ("1h2m3.5s", "6m0s", "20ms"), or a bare "0". Signs, other units,
-// repeated or out-of-order units and values above one year are rejected.
-// Fractions are rounded up to the next nanosecond.
+// repeated or out-of-order units are rejected; a value above [MaxHint] is
+// MaxHint. Fractions are rounded up to the next nanosecond.
 func parseResetDuration(s string) (time.Duration, bool) {
 	s = strings.TrimSpace(s)
 	if s == "0" {
@@ -168,10 +161,10 @@ func parseResetDuration(s string) (time.Duration, bool) {
 				continue
 			}
 			d, ok := parseDecimal(num, u.unit)
-			if !ok || d > maxHint-total {
+			if !ok {
 				return 0, false
 			}
-			total, last, s, matched = total+d, u.unit, rest[len(u.name):], true
+			total, last, s, matched = min(total+d, maxHint), u.unit, rest[len(u.name):], true
 			break
 		}
 		if !matched {
@@ -182,22 +175,31 @@ func parseResetDuration(s string) (time.Duration, bool) {
 }
 
 // parseDecimal parses digits with an optional '.' and fraction digits, times
-// unit, rounding any sub-nanosecond remainder up. It rejects values above
-// [maxHint] without overflowing.
+// unit, rounding any sub-nanosecond remainder up. A value above [maxHint]
+// (any number of digits) is maxHint; it never overflows.
 func parseDecimal(s string, unit time.Duration) (time.Duration, bool) {
 	intPart, frac, hasDot := strings.Cut(s, ".")
 	if intPart == "" || (hasDot && frac == "") {
 		return 0, false
 	}
 	var n time.Duration
+	huge := false
 	for i := 0; i < len(intPart); i++ {
 		if !isDigit(intPart[i]) {
 			return 0, false
 		}
-		n = n*10 + time.Duration(intPart[i]-'0')
-		if n > maxHint/unit {
+		if !huge {
+			n = n*10 + time.Duration(intPart[i]-'0')
+			huge = n > maxHint/unit
+		}
+	}
+	for i := 0; i < len(frac); i++ {
+		if !isDigit(frac[i]) {
 			return 0, false
 		}
+	}
+	if huge {
+		return maxHint, true
 	}
 	d := n * unit
 	scale, roundUp := unit, false
@@ -216,10 +218,7 @@ func parseDecimal(s string, unit time.Duration) (time.Duration, bool) {
 	if roundUp {
 		d++
 	}
-	if d > maxHint {
-		return 0, false
-	}
-	return d, true
+	return min(d, maxHint), true
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }

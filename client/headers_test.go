@@ -28,10 +28,12 @@ func TestParseRetryAfter(t *testing.T) {
 		{name: "decimal", value: "1.5", want: 1500 * time.Millisecond, wantOK: true},
 		{name: "decimal below a nanosecond rounds up", value: "0.0000000001", want: 1, wantOK: true},
 		{name: "decimal with zero tail stays exact", value: "2.0000000000", want: 2 * time.Second, wantOK: true},
-		{name: "exactly one year", value: "31536000", want: maxHint, wantOK: true},
-		{name: "above one year", value: "31536001", wantOK: false},
-		{name: "just above one year by a fraction", value: "31536000.5", wantOK: false},
-		{name: "huge", value: "99999999999999999999999999", wantOK: false},
+		{name: "exactly the cap", value: "86400", want: MaxHint, wantOK: true},
+		{name: "above the cap is capped", value: "86401", want: MaxHint, wantOK: true},
+		{name: "above the cap by a fraction", value: "86400.5", want: MaxHint, wantOK: true},
+		{name: "a year is capped", value: "31536001", want: MaxHint, wantOK: true},
+		{name: "too many digits for any integer is the cap", value: "99999999999999999999999999", want: MaxHint, wantOK: true},
+		{name: "huge with garbage", value: "99999999999999999999999999x", wantOK: false},
 		{name: "empty", value: "", wantOK: false},
 		{name: "only spaces", value: "   ", wantOK: false},
 		{name: "unit suffix", value: "5s", wantOK: false},
@@ -52,7 +54,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{name: "asctime future", value: future.Format(time.ANSIC), want: 90 * time.Second, wantOK: true},
 		{name: "date now", value: testNow.Format(http.TimeFormat), want: 0, wantOK: true},
 		{name: "past date", value: "Wed, 21 Oct 2015 07:28:00 GMT", want: 0, wantOK: true},
-		{name: "date beyond one year", value: testNow.AddDate(2, 0, 0).Format(http.TimeFormat), wantOK: false},
+		{name: "date years ahead is capped", value: testNow.AddDate(2, 0, 0).Format(http.TimeFormat), want: MaxHint, wantOK: true},
 		{name: "date with trailing garbage", value: future.Format(http.TimeFormat) + "x", wantOK: false},
 		{name: "date in another zone", value: "Fri, 14 Mar 2025 13:00:00 CET", wantOK: false},
 		{name: "RFC 3339 is not an HTTP-date", value: future.Format(time.RFC3339), wantOK: false},
@@ -85,11 +87,14 @@ func TestServerDelay(t *testing.T) {
 		{name: "azure 0 ignored", headers: map[string]string{"x-ms-retry-after-ms": "0"}, wantOK: false},
 		{name: "azure negative ignored, retry-after used", headers: map[string]string{"x-ms-retry-after-ms": "-5", "Retry-After": "2"}, want: 2 * time.Second, wantOK: true},
 		{name: "ms beats a shorter retry-after", headers: map[string]string{"retry-after-ms": "2500", "Retry-After": "2"}, want: 2500 * time.Millisecond, wantOK: true},
-		{name: "coarse retry-after never shortened by ms", headers: map[string]string{"retry-after-ms": "200", "Retry-After": "1"}, want: time.Second, wantOK: true},
-		{name: "all three take the longest", headers: map[string]string{"retry-after-ms": "100", "x-ms-retry-after-ms": "4000", "Retry-After": "3"}, want: 4 * time.Second, wantOK: true},
+		{name: "ms wins over a shorter retry-after", headers: map[string]string{"retry-after-ms": "200", "Retry-After": "1"}, want: 200 * time.Millisecond, wantOK: true},
+		{name: "ms wins over a longer retry-after", headers: map[string]string{"retry-after-ms": "2000", "Retry-After": "120"}, want: 2 * time.Second, wantOK: true},
+		{name: "retry-after-ms first of three", headers: map[string]string{"retry-after-ms": "100", "x-ms-retry-after-ms": "4000", "Retry-After": "3"}, want: 100 * time.Millisecond, wantOK: true},
+		{name: "azure ms before retry-after", headers: map[string]string{"x-ms-retry-after-ms": "4000", "Retry-After": "3"}, want: 4 * time.Second, wantOK: true},
+		{name: "invalid ms falls through to retry-after", headers: map[string]string{"retry-after-ms": "soon", "Retry-After": "3"}, want: 3 * time.Second, wantOK: true},
 		{name: "invalid ms falls back", headers: map[string]string{"retry-after-ms": "soon", "Retry-After": "7"}, want: 7 * time.Second, wantOK: true},
 		{name: "all invalid", headers: map[string]string{"retry-after-ms": "x", "x-ms-retry-after-ms": "-1", "Retry-After": "5s"}, wantOK: false},
-		{name: "ms above a year", headers: map[string]string{"retry-after-ms": "31536000001"}, wantOK: false},
+		{name: "ms above the cap is capped", headers: map[string]string{"retry-after-ms": "31536000001"}, want: MaxHint, wantOK: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,7 +172,7 @@ func TestProactiveDelay(t *testing.T) {
 		{name: "anthropic past reset", headers: map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(-time.Second)}, wantOK: false},
 		{name: "anthropic remaining left", headers: map[string]string{"anthropic-ratelimit-requests-remaining": "5", "anthropic-ratelimit-requests-reset": reset(time.Second)}, wantOK: false},
 		{name: "anthropic reset not RFC 3339", headers: map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": "12"}, wantOK: false},
-		{name: "anthropic reset beyond a year", headers: map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(2 * maxHint)}, wantOK: false},
+		{name: "anthropic reset beyond the cap is capped", headers: map[string]string{"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset(2 * maxHint)}, want: MaxHint, wantOK: true},
 		{name: "openai and anthropic longest", headers: map[string]string{
 			"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "4s",
 			"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": reset(9 * time.Second),
@@ -209,8 +214,8 @@ func TestParseResetDuration(t *testing.T) {
 		{name: "microseconds unsupported", value: "5us", wantOK: false},
 		{name: "trailing garbage", value: "1sx", wantOK: false},
 		{name: "unit without number", value: "s", wantOK: false},
-		{name: "above a year", value: "9000h", wantOK: false},
-		{name: "overflowing number", value: "99999999999999999999h", wantOK: false},
+		{name: "above the cap is capped", value: "9000h", want: MaxHint, wantOK: true},
+		{name: "overflowing number is capped", value: "99999999999999999999h", want: MaxHint, wantOK: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

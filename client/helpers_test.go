@@ -200,11 +200,6 @@ func newLogger() (*slog.Logger, *logBuffer) {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 
-// withRetryEvery sets how often a degraded client tries cooldownd again.
-func withRetryEvery(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.retryEvery = d })
-}
-
 // newClient returns a Client for url with a discarding logger, fast
 // backoff, and opts.
 func newClient(t *testing.T, url string, opts ...Option) *Client {

@@ -25,7 +25,7 @@ func TestNoCredentialLeaves(t *testing.T) {
 		reply{status: 429, headers: map[string]string{"Retry-After": "1"}}, reply{status: 200},
 		reply{status: 401, body: `{"error":{"type":"invalid_api_key"}}`})
 	log, logs := newLogger()
-	c := newClient(t, cd.URL, WithLogger(log), WithToken(token), WithSalt([]byte("0123456789abcdef")), withRetryEvery(0))
+	c := newClient(t, cd.URL, WithLogger(log), WithToken(token), WithSalt([]byte("0123456789abcdef")), WithServiceRetry(0))
 
 	cn, err := c.Connection("openai", prov.URL, canary, "gpt-4o", "")
 	require.NoError(t, err)
@@ -47,7 +47,9 @@ func TestNoCredentialLeaves(t *testing.T) {
 		return prov.get()(ctx)
 	})
 	cd.stop() // the degradation notice is logged too
-	_, _ = c.Do(t.Context(), cn, prov.get())
+	for range DefaultDegradeAfter {
+		_, _ = c.Do(t.Context(), cn, prov.get())
+	}
 	require.Contains(t, logs.String(), "cooldownd unreachable")
 
 	wire := cd.wireBytes()

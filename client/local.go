@@ -15,63 +15,20 @@ import (
 )
 
 // local is the in-process fallback: one breaker state per connection, run
-// with the client's local policy while cooldownd is unreachable, plus the
-// bookkeeping of whether it is unreachable. It is safe for concurrent use.
+// with the client's local policy for the calls cooldownd does not decide.
+// It is safe for concurrent use.
 type local struct {
 	policy breaker.Policy
-	every  time.Duration // how often to try cooldownd again while degraded
-	mode   FailMode
 	log    *slog.Logger
 
 	capLogged atomic.Bool
 
-	mu       sync.Mutex
-	states   map[ID]*breaker.State
-	degraded bool
-	nextTry  time.Time
+	mu     sync.Mutex
+	states map[ID]*breaker.State
 }
 
 func newLocal(cfg config, log *slog.Logger) *local {
-	return &local{policy: cfg.policy, every: cfg.retryEvery, mode: cfg.failMode, log: log,
-		states: make(map[ID]*breaker.State)}
-}
-
-// useService reports whether a call should go to cooldownd now: always
-// when healthy; while degraded, once per retry interval (the caller that
-// gets true is the one that tries).
-func (l *local) useService(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if !l.degraded {
-		return true
-	}
-	if now.Before(l.nextTry) {
-		return false
-	}
-	l.nextTry = now.Add(l.every)
-	return true
-}
-
-// isDegraded reports whether cooldownd is currently considered unreachable.
-func (l *local) isDegraded() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.degraded
-}
-
-// down records that cooldownd did not answer. The first failure of an
-// outage is logged; the rest are not.
-func (l *local) down(now time.Time, op string, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.nextTry = now.Add(l.every)
-	if l.degraded {
-		return
-	}
-	l.degraded = true
-	l.log.Warn("cooldownd unreachable; deciding in-process until it answers again",
-		slog.String("op", op), slog.String("code", connect.CodeOf(err).String()),
-		slog.String("fail_mode", l.mode.String()), slog.String("error", err.Error()))
+	return &local{policy: cfg.policy, log: log, states: make(map[ID]*breaker.State)}
 }
 
 // capped records that cooldownd refused a new connection because the
@@ -79,21 +36,15 @@ func (l *local) down(now time.Time, op string, err error) {
 func (l *local) capped(err error) {
 	if l.capLogged.CompareAndSwap(false, true) {
 		l.log.Warn("cooldownd cannot track more connections of this tenant; their outcomes are not shared",
-			slog.String("code", connect.CodeOf(err).String()), slog.String("fail_mode", l.mode.String()))
+			slog.String("code", connect.CodeOf(err).String()))
 	}
 }
 
-// up records that cooldownd answered. The end of an outage is logged once
-// and the local states are dropped: cooldownd is the truth again.
-func (l *local) up() {
+// forget drops the local states: cooldownd is the truth again.
+func (l *local) forget() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !l.degraded {
-		return
-	}
-	l.degraded = false
 	clear(l.states)
-	l.log.Info("cooldownd reachable again; deciding through it")
 }
 
 // maxLocalStates is how many connections the local breaker keeps before
@@ -182,7 +133,7 @@ func (l *local) extend(now time.Time, a Admission, ttl time.Duration) (time.Time
 
 // maxReportDelay is the longest delay a report carries; cooldownd rejects
 // longer ones.
-const maxReportDelay = 24 * time.Hour
+const maxReportDelay = MaxHint
 
 // reportDelay is the delay a report carries: the server's Retry-After on a
 // failure, or the proactive cooldown of a success, at most a day.

@@ -21,7 +21,7 @@ func TestLocalFallbackAndRecovery(t *testing.T) {
 	cd := startCooldownd(t, fastPolicy())
 	prov := newProvider(t)
 	log, logs := newLogger()
-	c := newClient(t, cd.URL, WithLogger(log), WithAdmitTimeout(time.Second), withRetryEvery(100*time.Millisecond))
+	c := newClient(t, cd.URL, WithLogger(log), WithAdmitTimeout(time.Second), WithServiceRetry(100*time.Millisecond))
 	cn := conn(t, c, prov.URL, "key-1", "")
 	do := func() {
 		t.Helper()
@@ -100,7 +100,9 @@ func TestFailClosed(t *testing.T) {
 	assert.Equal(t, int64(0), prov.hits.Load())
 }
 
-func TestAdmitTimeoutDegrades(t *testing.T) {
+// TestSlowAdmit: one slow Admit is decided in-process for that call only;
+// the client degrades after DefaultDegradeAfter of them in a row.
+func TestSlowAdmit(t *testing.T) {
 	t.Parallel()
 	stall := make(chan struct{})
 	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -113,12 +115,16 @@ func TestAdmitTimeoutDegrades(t *testing.T) {
 	t.Cleanup(func() { close(stall) })
 	c := newClient(t, hang.URL, WithAdmitTimeout(50*time.Millisecond))
 	cn := conn(t, c, "https://api.example.com/v1", "key-1", "")
-	start := time.Now()
-	a, err := c.Admit(context.Background(), cn)
-	require.NoError(t, err)
-	assert.True(t, a.Local, "a slow cooldownd is treated as down")
-	assert.Less(t, time.Since(start), time.Second)
-	assert.True(t, c.Degraded())
+	for i := range DefaultDegradeAfter {
+		start := time.Now()
+		a, err := c.Admit(context.Background(), cn)
+		require.NoError(t, err)
+		assert.True(t, a.Local, "a slow call is decided in-process")
+		assert.Less(t, time.Since(start), time.Second)
+		assert.Equal(t, i == DefaultDegradeAfter-1, c.Degraded(), "degraded after call %d", i+1)
+	}
+	assert.Equal(t, uint64(1), c.Stats().Degradations)
+	assert.Equal(t, uint64(DefaultDegradeAfter), c.Stats().LocalDecisions)
 }
 
 func TestTenantCapNotAnOutage(t *testing.T) {

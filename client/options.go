@@ -1,6 +1,8 @@
 package client
 
 import (
+	"context"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
 // FailMode says what the client does while cooldownd is unreachable.
@@ -70,8 +73,15 @@ type config struct {
 	noWait       bool
 	backoffBase  time.Duration
 	backoffCap   time.Duration
-	retryEvery   time.Duration // how often to try cooldownd again while degraded
 	probePoll    time.Duration
+
+	degradeAfter  int
+	degradeWindow time.Duration
+	serviceRetry  time.Duration // how often to try cooldownd again while degraded
+	queueSize     int
+	queueMaxAge   time.Duration
+	now           func() time.Time
+	sleep         func(context.Context, time.Duration) error
 }
 
 func defaultConfig() config {
@@ -79,13 +89,42 @@ func defaultConfig() config {
 		admitTimeout: DefaultAdmitTimeout,
 		failMode:     FailOpen,
 		policy:       breaker.DefaultPolicy(),
-		rules:        DefaultRules(),
+		rules:        Rules{},
 		maxRetries:   DefaultMaxRetries,
 		backoffBase:  DefaultBackoffBase,
 		backoffCap:   DefaultBackoffCap,
-		retryEvery:   time.Second,
 		probePoll:    DefaultProbePoll,
+
+		degradeAfter:  DefaultDegradeAfter,
+		degradeWindow: DefaultDegradeWindow,
+		serviceRetry:  DefaultServiceRetry,
+		queueSize:     DefaultReportQueueSize,
+		queueMaxAge:   DefaultReportQueueMaxAge,
+		now:           time.Now,
+		sleep:         sleep,
 	}
+}
+
+// check validates the options and fills in what depends on others.
+func (c *config) check() error {
+	if err := c.policy.Validate(); err != nil {
+		return fmt.Errorf("client: local policy: %w", err)
+	}
+	if n := len(c.salt); n != 0 && (n < keys.MinSaltLen || n > keys.MaxSaltLen) {
+		return fmt.Errorf("client: salt must be empty or %d to %d bytes, got %d", keys.MinSaltLen, keys.MaxSaltLen, n)
+	}
+	if c.failMode != FailOpen && c.failMode != FailClosed {
+		return fmt.Errorf("client: unknown fail mode %d", c.failMode)
+	}
+	if c.rules.Now == nil {
+		c.rules.Now = c.now // the client's clock, unless the rules have their own
+	}
+	c.rules = c.rules.withDefaults()
+	if c.maxWait <= 0 {
+		c.maxWait = c.rules.MaxServerDelay
+	}
+	c.backoffCap = max(c.backoffCap, c.backoffBase)
+	return nil
 }
 
 // WithToken sends token as a bearer token (Authorization: Bearer …) on
@@ -210,6 +249,74 @@ func WithBackoff(base, limit time.Duration) Option {
 		}
 		if limit > 0 {
 			c.backoffCap = limit
+		}
+	})
+}
+
+// WithDegradeAfter sets when the client leaves cooldownd: after n
+// consecutive calls that no endpoint answered (a transport failure,
+// unavailable, or the admit timeout), all within window, and every
+// endpoint among them. Until then each such call alone is decided by the
+// fail mode; one answer brings the client back. Refusals (a bad token, an
+// invalid argument) never count. Values ≤ 0 keep the defaults,
+// [DefaultDegradeAfter] and [DefaultDegradeWindow].
+func WithDegradeAfter(n int, window time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if n > 0 {
+			c.degradeAfter = n
+		}
+		if window > 0 {
+			c.degradeWindow = window
+		}
+	})
+}
+
+// WithServiceRetry sets how often a degraded client tries cooldownd again
+// (one call per interval goes to it; the others are decided in-process).
+// A value ≤ 0 keeps [DefaultServiceRetry].
+func WithServiceRetry(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d > 0 {
+			c.serviceRetry = d
+		}
+	})
+}
+
+// WithReportQueue bounds the queue of reports cooldownd did not take at
+// once: at most size reports (the oldest is dropped first, a report that
+// holds a probe lease last) and none older than maxAge. Values ≤ 0 keep
+// the defaults, [DefaultReportQueueSize] and [DefaultReportQueueMaxAge].
+func WithReportQueue(size int, maxAge time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if size > 0 {
+			c.queueSize = size
+		}
+		if maxAge > 0 {
+			c.queueMaxAge = maxAge
+		}
+	})
+}
+
+// WithClock sets the clock of the client: the guards' deadlines and the
+// degradation window, the in-process breaker, the report queue's ages.
+// With [WithSleep], tests can check backoff and waits without real
+// sleeps. A nil clock keeps [time.Now].
+func WithClock(now func() time.Time) Option {
+	return optionFunc(func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	})
+}
+
+// WithSleep sets how the client waits: the guards' backoff and denial
+// waits and the report queue's retries. sleep must return ctx's error
+// when ctx ends first, and nil after d. A nil sleep keeps the default (a
+// timer).
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
+	return optionFunc(func(c *config) {
+		if sleep != nil {
+			c.sleep = sleep
 		}
 	})
 }

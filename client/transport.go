@@ -1,10 +1,15 @@
 package client
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -49,31 +54,49 @@ func newHTTPClient(scheme string) *http.Client {
 	return &http.Client{Transport: &h2cFallback{h2c: base(&h2c), h1: base(&h1)}}
 }
 
-// h2cFallback sends over h2c with prior knowledge. Until h2c has worked
-// once, a failure that an HTTP/1.1-only server causes (it answers the
-// HTTP/2 preface in HTTP/1.1 and hangs up) sends the request again over
-// HTTP/1.1, and when that gets a response, HTTP/1.1 is used from then on.
+// The protocols an h2cFallback may have settled on.
+const (
+	protoUnknown int32 = iota
+	protoH2C
+	protoH1
+)
+
+// h2cFallback sends over h2c with prior knowledge, and over HTTP/1.1 once
+// it has learnt that the server speaks only that.
+//
+// An HTTP/1.1-only server answers the HTTP/2 preface with an HTTP/1.1
+// error and hangs up, usually with the rest of the preface unread, so the
+// client sees either that answer ("… looked like an HTTP/1.1 header") or,
+// as often, a reset or broken pipe that hides it. A reset is also what a
+// restarting h2c server causes, after it may have read the request, so the
+// error alone cannot tell the two apart and must not replay the request.
+// Instead the first such failure, before h2c has ever worked, asks the
+// server with a request that has no side effects (HEAD /) over h2c and then
+// over HTTP/1.1: any HTTP answer settles the protocol. Only when the server
+// turns out to speak HTTP/1.1 alone — so it never read the failed request's
+// HTTP/2 frames as a request — is that request sent again over HTTP/1.1.
 type h2cFallback struct {
 	h2c, h1 *http.Transport
-	h2ok    atomic.Bool // h2c got a response once
-	useH1   atomic.Bool
+	proto   atomic.Int32
+	learn   sync.Mutex // one discovery at a time
 }
 
 // RoundTrip implements [http.RoundTripper].
 func (t *h2cFallback) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.useH1.Load() {
+	if t.proto.Load() == protoH1 {
 		return t.h1.RoundTrip(req)
 	}
 	resp, err := t.h2c.RoundTrip(req)
 	if err == nil {
-		t.h2ok.Store(true)
+		t.proto.CompareAndSwap(protoUnknown, protoH2C)
 		return resp, nil
 	}
-	if t.h2ok.Load() || !refusedPreface(err) {
+	if t.proto.Load() == protoH2C || !mayBeH1Only(err) || req.Context().Err() != nil {
 		return nil, err
 	}
-	// The server did not speak HTTP/2, so it never read the request:
-	// sending it again over HTTP/1.1 is safe.
+	if !t.speaksOnlyH1(req.Context(), req.URL.Scheme, req.URL.Host) {
+		return nil, err
+	}
 	if req.Body != nil && req.Body != http.NoBody {
 		if req.GetBody == nil {
 			return nil, err
@@ -85,12 +108,47 @@ func (t *h2cFallback) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = req.Clone(req.Context())
 		req.Body = body
 	}
-	resp, err1 := t.h1.RoundTrip(req)
-	if err1 != nil {
-		return nil, err
+	return t.h1.RoundTrip(req)
+}
+
+// speaksOnlyH1 learns, with side-effect-free requests, whether the server
+// speaks h2c (false) or only HTTP/1.1 (true), and remembers it. When
+// neither answers it returns false and learns nothing.
+func (t *h2cFallback) speaksOnlyH1(ctx context.Context, scheme, host string) bool {
+	t.learn.Lock()
+	defer t.learn.Unlock()
+	if p := t.proto.Load(); p != protoUnknown {
+		return p == protoH1
 	}
-	t.useH1.Store(true)
-	return resp, nil
+	ask := func(rt *http.Transport) (answered bool, err error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodHead, scheme+"://"+host+"/", nil)
+		if err != nil {
+			return false, err
+		}
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			return false, err
+		}
+		_ = resp.Body.Close()
+		return true, nil
+	}
+	// Twice over h2c: an h2c server that reset one connection while
+	// restarting answers the next; an HTTP/1.1-only server never does.
+	for range 2 {
+		ok, err := ask(t.h2c)
+		if ok {
+			t.proto.Store(protoH2C)
+			return false
+		}
+		if !mayBeH1Only(err) {
+			return false
+		}
+	}
+	if ok, _ := ask(t.h1); ok {
+		t.proto.Store(protoH1)
+		return true
+	}
+	return false
 }
 
 // CloseIdleConnections closes both transports' idle connections.
@@ -99,16 +157,15 @@ func (t *h2cFallback) CloseIdleConnections() {
 	t.h1.CloseIdleConnections()
 }
 
-// refusedPreface reports whether an h2c error is one that only an
-// HTTP/1.1 server causes: the HTTP/2 client read an HTTP/1.1 answer ("… the
-// frame header looked like an HTTP/1.1 header") or the connection failed
-// before the HTTP/2 settings exchange. A reset or broken pipe is not such a
-// sign — a restarting replica or a load balancer causes those too, and the
-// server may have read the request — so they neither replay the request nor
-// switch the client to HTTP/1.1. The standard library exposes no types for
-// these two errors, only messages.
-func refusedPreface(err error) bool {
+// mayBeH1Only reports whether an h2c error is one an HTTP/1.1-only server
+// causes: the HTTP/2 client read an HTTP/1.1 answer, the connection failed
+// before the settings exchange, or the server hung up on the preface (a
+// reset, broken pipe or early EOF). The standard library exposes no types
+// for the first two, only messages.
+func mayBeH1Only(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "looked like an HTTP/1.1 header") ||
-		strings.Contains(msg, "client conn could not be established")
+		strings.Contains(msg, "client conn could not be established") ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
