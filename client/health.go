@@ -32,13 +32,13 @@ type health struct {
 	log       *slog.Logger
 	onUp      func() // cooldownd answers again after an outage
 
-	mu        sync.Mutex
-	fails     int          // consecutive outage failures
-	first     time.Time    // of the current streak
-	failed    map[int]bool // endpoints that failed in the streak
-	degraded  bool
-	nextTry   time.Time
-	outages   uint64
+	mu       sync.Mutex
+	fails    int          // consecutive outage failures
+	first    time.Time    // of the current streak
+	failed   map[int]bool // endpoints that failed in the streak
+	degraded bool
+	nextTry  time.Time
+	outages  uint64
 }
 
 func newHealth(cfg config, endpoints int, log *slog.Logger, onUp func()) *health {

@@ -51,6 +51,18 @@ type cooldownd struct {
 	mu    sync.Mutex
 	wire  bytes.Buffer // every request, dumped with headers and body
 	calls atomic.Int64
+	// intercept, when set, sees each request first; returning true means
+	// it answered and the server does not.
+	intercept atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
+}
+
+// setIntercept sets (nil: clears) the request interceptor.
+func (cd *cooldownd) setIntercept(f func(w http.ResponseWriter, r *http.Request) bool) {
+	if f == nil {
+		cd.intercept.Store(nil)
+		return
+	}
+	cd.intercept.Store(&f)
 }
 
 // startCooldownd starts a cooldownd with policy p, closed at cleanup.
@@ -84,6 +96,9 @@ func (cd *cooldownd) serve(t *testing.T, l net.Listener) {
 			cd.mu.Unlock()
 		}
 		cd.calls.Add(1)
+		if f := cd.intercept.Load(); f != nil && (*f)(w, r) {
+			return
+		}
 		h.ServeHTTP(w, r)
 	}))
 	if l != nil {
@@ -207,7 +222,7 @@ func newClient(t *testing.T, url string, opts ...Option) *Client {
 	base := []Option{WithLogger(slog.New(slog.DiscardHandler)), WithBackoff(time.Millisecond, 5*time.Millisecond)}
 	c, err := New(url, append(base, opts...)...)
 	require.NoError(t, err)
-	t.Cleanup(c.CloseIdleConnections)
+	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 

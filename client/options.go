@@ -309,10 +309,10 @@ func WithClock(now func() time.Time) Option {
 	})
 }
 
-// WithSleep sets how the client waits: the guards' backoff and denial
-// waits and the report queue's retries. sleep must return ctx's error
-// when ctx ends first, and nil after d. A nil sleep keeps the default (a
-// timer).
+// WithSleep sets how the guards wait: their retry backoff and their waits
+// for a denied connection. (The report queue's background retries keep
+// real timers.) sleep must return ctx's error when ctx ends first, and nil
+// after d. A nil sleep keeps the default (a timer).
 func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 	return optionFunc(func(c *config) {
 		if sleep != nil {

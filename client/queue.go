@@ -77,8 +77,9 @@ type reportQueue struct {
 	mu      sync.Mutex
 	leased  []*pendingReport // oldest first
 	plain   []*pendingReport
-	running bool
-	stats   QueueStats
+	running  bool
+	inflight int // popped by the sender, not yet settled
+	stats    QueueStats
 }
 
 func newReportQueue(size int, maxAge time.Duration) *reportQueue {
@@ -96,6 +97,7 @@ func (q *reportQueue) push(p *pendingReport, front bool) (start bool) {
 	}
 	if front {
 		*list = append([]*pendingReport{p}, *list...)
+		q.inflight--
 	} else {
 		*list = append(*list, p)
 		q.stats.Queued++
@@ -130,6 +132,7 @@ func (q *reportQueue) next(now time.Time) (*pendingReport, bool) {
 				q.stats.Stale++
 				continue
 			}
+			q.inflight++
 			return p, true
 		}
 	}
@@ -137,10 +140,11 @@ func (q *reportQueue) next(now time.Time) (*pendingReport, bool) {
 	return nil, false
 }
 
-// count updates the outcome counters of a send.
-func (q *reportQueue) count(delivered bool) {
+// settled counts the end of a popped report: delivered, or refused.
+func (q *reportQueue) settled(delivered bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.inflight--
 	if delivered {
 		q.stats.Delivered++
 	} else {
@@ -148,12 +152,13 @@ func (q *reportQueue) count(delivered bool) {
 	}
 }
 
-// snapshot returns the counters and the current length.
+// snapshot returns the counters and the current length (with the report
+// being sent, if any).
 func (q *reportQueue) snapshot() QueueStats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	s := q.stats
-	s.Len = len(q.leased) + len(q.plain)
+	s.Len = len(q.leased) + len(q.plain) + q.inflight
 	return s
 }
 
@@ -196,19 +201,19 @@ func (c *Client) sendQueued() {
 		})
 		switch kind {
 		case rpcOK:
-			c.queue.count(true)
+			c.queue.settled(true)
 			c.health.success()
 			backoff = queueBackoffBase
 			continue
 		case rpcRejected, rpcCapped:
-			c.queue.count(false)
+			c.queue.settled(false)
 			c.log.Debug("cooldownd refused a queued report; dropped", slog.String("code", connect.CodeOf(err).String()))
 			continue
 		}
 		c.queue.push(p, true)
 		d := backoff/2 + rand.N(backoff/2+1)
 		backoff = min(2*backoff, queueBackoffCap)
-		if c.sleep(c.closed, d) != nil {
+		if sleep(c.closed, d) != nil { // a real wait: background work, not the guard's
 			c.queue.stop()
 			return
 		}
