@@ -74,9 +74,9 @@ type reportQueue struct {
 	size   int
 	maxAge time.Duration
 
-	mu      sync.Mutex
-	leased  []*pendingReport // oldest first
-	plain   []*pendingReport
+	mu       sync.Mutex
+	leased   []*pendingReport // oldest first
+	plain    []*pendingReport
 	running  bool
 	inflight int // popped by the sender, not yet settled
 	stats    QueueStats
