@@ -3,7 +3,6 @@ package keys
 import (
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // ErrInvalidTenant is wrapped when a tenant name is not acceptable.
@@ -31,14 +30,17 @@ func ValidateTenant(t string) error {
 // shares the hash tag {<tenant>:<id hex>}, so one script touches one Redis
 // Cluster slot:
 //
-//	cd:{t:id}:s      state hash
+//	cd:{t:id}:s      state hash (probe leases are fields of it)
 //	cd:{t:id}:h      recent transitions (list, newest first)
-//	cd:{t:id}:l:<n>  probe lease slot n (a redislock lock; value = token)
 //
 // Per tenant (own hash tag {t}):
 //
 //	cd:{t}:idx       index of the tenant's connections (sorted set by id)
+//	cd:{t}:wake      when the sweeper must look at each connection next
 //	cd:ev:t          pub/sub channel of the tenant's transitions
+//
+// Shared: cd:tenants (the tenants with connections, for the sweeper) and
+// cd:sweeper (the sweeper's lock, a redislock lock).
 type Layout struct {
 	Tenant string
 	ID     ID
@@ -52,24 +54,25 @@ func (l Layout) State() string { return l.prefix() + "s" }
 // History is the transition list key.
 func (l Layout) History() string { return l.prefix() + "h" }
 
-// Lease is the key of probe lease slot n.
-func (l Layout) Lease(n int) string { return l.prefix() + "l:" + strconv.Itoa(n) }
-
 // Script returns the keys a connection script declares, in its order:
-// state, history, then lease slots 0 to leases-1 (one hex encoding of the
-// id for all of them: this runs on every Admit and Report).
-func (l Layout) Script(leases int) []string {
+// state, history (one hex encoding of the id for both: this runs on every
+// Admit and Report).
+func (l Layout) Script() []string {
 	p := l.prefix()
-	ks := make([]string, 0, 2+leases)
-	ks = append(ks, p+"s", p+"h")
-	for i := range leases {
-		ks = append(ks, p+"l:"+strconv.Itoa(i))
-	}
-	return ks
+	return []string{p + "s", p + "h"}
 }
 
 // Index is the key of a tenant's connection index.
 func Index(tenant string) string { return "cd:{" + tenant + "}:idx" }
+
+// Wake is the key of a tenant's wake set (see [Layout]).
+func Wake(tenant string) string { return "cd:{" + tenant + "}:wake" }
+
+// Tenants is the key of the set of tenants that have connections.
+const Tenants = "cd:tenants"
+
+// SweepLock is the key of the sweeper's lock.
+const SweepLock = "cd:sweeper"
 
 // Channel is the pub/sub channel of a tenant's transitions.
 func Channel(tenant string) string { return "cd:ev:" + tenant }

@@ -9,12 +9,18 @@ import (
 func TestLayoutScriptKeysShareOneHashTag(t *testing.T) {
 	t.Parallel()
 	l := Layout{Tenant: "team-a", ID: ID{0xab}}
-	ks := l.Script(2)
-	assert.Equal(t, []string{l.State(), l.History(), l.Lease(0), l.Lease(1)}, ks)
+	ks := l.Script()
+	assert.Equal(t, []string{l.State(), l.History()}, ks)
 	tag := "{team-a:" + l.ID.String() + "}"
 	for _, k := range ks {
 		assert.Contains(t, k, tag, "one Redis Cluster slot per connection")
 	}
+}
+
+func TestTenantKeysShareOneHashTag(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, "cd:{team-a}:idx", Index("team-a"))
+	assert.Equal(t, "cd:{team-a}:wake", Wake("team-a"), "the index and the wake set: one slot, one script")
 }
 
 func TestValidateTenant(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
@@ -21,7 +20,8 @@ type Snapshot struct {
 	Now    time.Time
 	// Exists is false for a connection never reported on.
 	Exists bool
-	// Events are the transitions an override or reset applied.
+	// Events are the transitions the call applied (an override or reset,
+	// or a timed transition a reader found due).
 	Events []breaker.Event
 }
 
@@ -44,17 +44,15 @@ type eventJSON struct {
 	Rev    uint64 `json:"rev"`
 	Actor  string `json:"actor"`
 	Reason string `json:"reason"`
-	// State is the script's encode(s), on published events only.
-	State []any `json:"state"`
+	// State is the script's state_table(s), on published events only.
+	State *stateJSON `json:"state"`
 }
 
 // decodeEvent reads a history entry or a published event. A published
 // event carries the state after its change; the result's State is set then.
 func decodeEvent(tenant, js string) (Transition, error) {
 	var e eventJSON
-	dec := json.NewDecoder(strings.NewReader(js))
-	dec.UseNumber()
-	if err := dec.Decode(&e); err != nil {
+	if err := json.Unmarshal([]byte(js), &e); err != nil {
 		return Transition{}, fmt.Errorf("store: decode event: %w", err)
 	}
 	id, err := keys.ParseID(e.ID)
@@ -66,62 +64,68 @@ func decodeEvent(tenant, js string) (Transition, error) {
 		Revision: e.Rev, Actor: e.Actor, Reason: e.Reason,
 	}}
 	if e.State != nil {
-		// The same values a script reply carries, with JSON's number type.
-		v := make([]any, len(e.State))
-		for i, x := range e.State {
-			v[i] = x
-			if n, ok := x.(json.Number); ok {
-				if v[i], err = n.Int64(); err != nil {
-					return Transition{}, fmt.Errorf("store: decode event state: %w", err)
-				}
-			}
-		}
-		r := &reply{v: v}
-		st, now, label := r.state()
-		if r.err != nil {
-			return Transition{}, fmt.Errorf("store: decode event state: %w", r.err)
-		}
+		st, now, label := e.State.state()
 		t.State = &Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true}
 	}
 	return t, nil
 }
 
 // Get returns a connection's state and up to history recent transitions,
-// newest first. It writes nothing.
+// newest first. It applies a timed transition that is due (stamped with
+// the instant it became due, recorded and published), so that the state
+// it shows is always one the history holds; otherwise it writes nothing.
 func (s *Store) Get(ctx context.Context, tenant string, id keys.ID, history int) (Snapshot, []Transition, error) {
+	snap, hist, _, err := s.get(ctx, tenant, id, min(max(history, 0), s.history))
+	return snap, hist, err
+}
+
+// get runs get.lua; wake is when the connection needs looking at next (0
+// when it does not exist or never will).
+func (s *Store) get(ctx context.Context, tenant string, id keys.ID, history int) (Snapshot, []Transition, int64, error) {
 	c := Conn{Tenant: tenant, ID: id}
 	p := s.Policy(tenant)
 	l := c.layout()
-	r := newReply(scriptGet.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, min(max(history, 0), s.history))...).Result())
+	r := newReply(scriptGet.Run(ctx, s.rdb, connKeys(l), s.args(p, l, history)...).Result())
+	snap, hist, wake, evs, err := decodeGet(tenant, id, r)
+	if err != nil {
+		return Snapshot{}, nil, 0, err
+	}
+	s.scheduled(ctx, tenant, l, len(evs), wake)
+	return snap, hist, wake, nil
+}
+
+// decodeGet reads GET_REPLY (get.lua).
+func decodeGet(tenant string, id keys.ID, r *reply) (Snapshot, []Transition, int64, []breaker.Event, error) {
 	exists := r.int() == 1
-	n := r.int()
-	hist := make([]Transition, 0, n)
-	for range n {
-		js := r.str()
-		if r.err != nil {
-			break
-		}
+	wake := r.int()
+	st, now, label := r.state()
+	entries := r.strs()
+	evs := r.events()
+	if r.err != nil {
+		return Snapshot{}, nil, 0, nil, unavailable("get", r.err)
+	}
+	hist := make([]Transition, 0, len(entries))
+	for _, js := range entries {
 		t, err := decodeEvent(tenant, js)
 		if err != nil {
-			return Snapshot{}, nil, err
+			return Snapshot{}, nil, 0, nil, fmt.Errorf("%w: get: %w", ErrInternal, err)
 		}
 		hist = append(hist, t)
 	}
-	st, now, label := r.state()
-	if r.err != nil {
-		return Snapshot{}, nil, unavailable("get", r.err)
-	}
-	return Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: exists}, hist, nil
+	snap := Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: exists, Events: evs}
+	return snap, hist, wake, evs, nil
 }
 
 // Force sets an operator override on a connection for d from the server
-// clock's now (zero: until changed); breaker.NoOverride clears it.
+// clock's now (zero: until changed); breaker.NoOverride clears it. Forcing
+// a connection that does not exist creates it within the tenant's cap
+// (may return [ErrTooManyConnections]).
 func (s *Store) Force(ctx context.Context, tenant string, id keys.ID, o breaker.Override, d time.Duration, actor, reason string) (Snapshot, error) {
 	return s.force(ctx, tenant, id, int(o), d.Milliseconds(), actor, reason)
 }
 
 // Reset clears a connection back to closed (a new revision, so reports
-// from before stay stale).
+// from before stay stale). May return [ErrTooManyConnections].
 func (s *Store) Reset(ctx context.Context, tenant string, id keys.ID, actor, reason string) (Snapshot, error) {
 	return s.force(ctx, tenant, id, forceReset, 0, actor, reason)
 }
@@ -130,14 +134,25 @@ func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, 
 	c := Conn{Tenant: tenant, ID: id}
 	p := s.Policy(tenant)
 	l := c.layout()
-	r := newReply(scriptForce.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, code, d, actor, reason)...).Result())
-	st, now, label := r.state()
-	evs := r.events()
-	if r.err != nil {
-		return Snapshot{}, unavailable("force", r.err)
+	var snap Snapshot
+	var wake int64
+	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
+		r := newReply(scriptForce.Run(ctx, s.rdb, connKeys(l), s.args(p, l, code, d, actor, reason,
+			registeredAt, registerGrace.Milliseconds())...).Result())
+		// FORCE_REPLY in force.lua.
+		status := r.int()
+		wake = r.int()
+		st, now, label := r.state()
+		evs := r.events()
+		if r.err != nil {
+			return 0, unavailable("force", r.err)
+		}
+		snap = Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true, Events: evs}
+		return status, nil
+	})
+	if err != nil {
+		return Snapshot{}, err
 	}
-	if err := s.rdb.ZAdd(ctx, keys.Index(tenant), zmember(id)).Err(); err != nil {
-		return Snapshot{}, unavailable("index", err)
-	}
-	return Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true, Events: evs}, nil
+	s.scheduled(ctx, tenant, l, len(snap.Events), wake)
+	return snap, nil
 }

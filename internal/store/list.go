@@ -2,21 +2,18 @@ package store
 
 import (
 	"context"
-	"errors"
 	"strings"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
-func zmember(id keys.ID) redis.Z { return redis.Z{Score: 0, Member: id.String()} }
-
 // List returns up to limit of a tenant's connections with ids after the
 // given one (zero ID: from the start), ordered by id, and whether more
-// follow. It reads the tenant's index (never SCAN) and drops index entries
-// whose connection has expired.
+// follow. It reads the tenant's index (never SCAN) and forgets index
+// entries whose connection has expired (see forget in tenant.lua: never
+// one whose create is on its way).
 func (s *Store) List(ctx context.Context, tenant string, after string, limit int) ([]Snapshot, bool, error) {
 	idx := keys.Index(tenant)
 	lo := "-"
@@ -31,144 +28,64 @@ func (s *Store) List(ctx context.Context, tenant string, after string, limit int
 	if more {
 		ids = ids[:limit]
 	}
-	p := s.Policy(tenant)
-	cmds, err := s.pipeGet(ctx, tenant, ids, p.MaxProbes, false)
+	cmds, err := s.pipeGet(ctx, tenant, ids, false)
 	if err != nil && strings.Contains(err.Error(), "NOSCRIPT") {
-		cmds, err = s.pipeGet(ctx, tenant, ids, p.MaxProbes, true)
+		cmds, err = s.pipeGet(ctx, tenant, ids, true)
 	}
 	if err != nil {
 		return nil, false, unavailable("list", err)
 	}
 	out := make([]Snapshot, 0, len(ids))
-	var gone []any
+	var gone []string
 	for i, cmd := range cmds {
 		id, perr := keys.ParseID(ids[i])
 		if perr != nil {
 			gone = append(gone, ids[i])
 			continue
 		}
-		r := newReply(cmd.Result())
-		exists := r.int() == 1
-		_ = r.int() // no history requested
-		st, now, label := r.state()
-		if r.err != nil {
-			return nil, false, unavailable("list", r.err)
+		snap, _, wake, evs, err := decodeGet(tenant, id, newReply(cmd.Result()))
+		if err != nil {
+			return nil, false, err
 		}
-		if !exists {
+		if !snap.Exists {
 			gone = append(gone, ids[i])
 			continue
 		}
-		out = append(out, Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true})
+		s.scheduled(ctx, tenant, keys.Layout{Tenant: tenant, ID: id}, len(evs), wake)
+		out = append(out, snap)
 	}
-	if err := s.prune(ctx, tenant, gone); err != nil {
-		return nil, false, err
+	for _, hex := range gone {
+		if _, err := s.tenantDo(ctx, tenant, "forget", hex); err != nil {
+			return nil, false, unavailable("list", err)
+		}
 	}
 	return out, more, nil
 }
 
-// prune removes index entries whose connection state has expired. A
-// Report may recreate one of them meanwhile (its index insert finds the
-// entry still there and does nothing); so after removing, prune checks
-// the states again and puts back any that exist. Together with Report's
-// create-then-insert order, one side always sees the other.
-func (s *Store) prune(ctx context.Context, tenant string, ids []any) error {
+func (s *Store) pipeGet(ctx context.Context, tenant string, ids []string, full bool) ([]*redis.Cmd, error) {
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
-	idx := keys.Index(tenant)
-	if err := s.rdb.ZRem(ctx, idx, ids...).Err(); err != nil {
-		return unavailable("prune index", err)
-	}
-	pipe := s.rdb.Pipeline()
-	exists := make([]*redis.IntCmd, len(ids))
-	for i, v := range ids {
-		hex, _ := v.(string)
-		id, err := keys.ParseID(hex)
-		if err != nil {
-			continue // a malformed entry has no state
-		}
-		exists[i] = pipe.Exists(ctx, keys.Layout{Tenant: tenant, ID: id}.State())
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return unavailable("prune index", err)
-	}
-	var back []redis.Z
-	for i, cmd := range exists {
-		if cmd != nil && cmd.Val() == 1 {
-			hex, _ := ids[i].(string)
-			back = append(back, redis.Z{Member: hex})
-		}
-	}
-	if len(back) > 0 {
-		if err := s.rdb.ZAdd(ctx, idx, back...).Err(); err != nil {
-			return unavailable("prune index", err)
-		}
-	}
-	return nil
-}
-
-// pruneAll walks a tenant's whole index in pages and prunes the entries
-// whose connection has expired. It runs when the tenant's cap is reached,
-// so that expired connections never count against it.
-func (s *Store) pruneAll(ctx context.Context, tenant string) error {
-	const page = 500
-	idx := keys.Index(tenant)
-	lo := "-"
-	for {
-		ids, err := s.rdb.ZRangeByLex(ctx, idx, &redis.ZRangeBy{Min: lo, Max: "+", Count: page}).Result()
-		if err != nil {
-			return unavailable("prune index", err)
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		pipe := s.rdb.Pipeline()
-		exists := make([]*redis.IntCmd, len(ids))
-		for i, hex := range ids {
-			id, _ := keys.ParseID(hex) // a malformed entry reads as missing
-			exists[i] = pipe.Exists(ctx, keys.Layout{Tenant: tenant, ID: id}.State())
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			return unavailable("prune index", err)
-		}
-		var gone []any
-		for i, cmd := range exists {
-			if cmd.Val() == 0 {
-				gone = append(gone, ids[i])
-			}
-		}
-		if err := s.prune(ctx, tenant, gone); err != nil {
-			return err
-		}
-		if len(ids) < page {
-			return nil
-		}
-		lo = "(" + ids[len(ids)-1]
-	}
-}
-
-func (s *Store) pipeGet(ctx context.Context, tenant string, ids []string, maxProbes int, full bool) ([]*redis.Cmd, error) {
 	pipe := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(ids))
+	p := s.Policy(tenant)
 	for i, hex := range ids {
-		id, _ := keys.ParseID(hex) // a bad entry reads an empty state and is pruned
+		id, _ := keys.ParseID(hex) // a bad entry reads an empty state and is forgotten
 		l := keys.Layout{Tenant: tenant, ID: id}
-		ks, args := connKeys(l, maxProbes), s.args(s.Policy(tenant), l, 0)
+		ks, args := connKeys(l), s.args(p, l, 0)
 		if full {
 			cmds[i] = scriptGet.Eval(ctx, pipe, ks, args...)
 		} else {
 			cmds[i] = scriptGet.EvalSha(ctx, pipe, ks, args...)
 		}
 	}
-	if len(ids) == 0 {
-		return nil, nil
-	}
 	_, err := pipe.Exec(ctx)
 	return cmds, err
 }
 
-// Count returns how many connections a tenant's index holds (including
-// recently expired ones that a List has not pruned yet).
+// Count returns how many connections a tenant's index holds: one ZCARD.
+// Expired connections leave it when the sweeper (or a List, or a create at
+// the cap) finds them gone.
 func (s *Store) Count(ctx context.Context, tenant string) (int64, error) {
 	n, err := s.rdb.ZCard(ctx, keys.Index(tenant)).Result()
 	if err != nil {

@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
 	"time"
-
-	"github.com/bsm/redislock"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/keys"
@@ -36,11 +33,16 @@ type Decision struct {
 	LeaseExpired bool
 }
 
-// Admit decides whether one call to c may go now: one round trip.
+// Admit decides whether one call to c may go now: one round trip (two
+// for a connection that does not exist yet while the tenant has a cap).
+// It writes nothing on a healthy connection and never creates one; for a
+// connection that could not be created because the tenant is at its cap
+// it returns [ErrTooManyConnections], as Report would.
 func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
 	p := s.connPolicy(c)
 	l := c.layout()
-	r := newReply(scriptAdmit.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, s.nonce())...).Result())
+	// ADMIT_REPLY in admit.lua.
+	r := newReply(scriptAdmit.Run(ctx, s.rdb, connKeys(l), s.args(p, l, s.nonce())...).Result())
 	d := Decision{Verdict: breaker.Verdict{
 		Decision: breaker.Decision(r.int()), Reason: breaker.DenyReason(r.int()), RetryAfter: r.int(),
 		Revision: uint64(r.int()), Phase: breaker.Phase(r.int()),
@@ -48,14 +50,21 @@ func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
 	d.LeaseToken = r.str()
 	lexp := r.int()
 	d.Now = time.UnixMilli(r.int())
-	_ = r.int() // changed
 	d.LeaseExpired = r.int() == 1
+	exists := r.int() == 1
+	wake := r.int()
 	d.Events = r.events()
 	if r.err != nil {
 		return Decision{}, unavailable("admit", r.err)
 	}
 	if d.Decision == breaker.AllowProbe {
 		d.LeaseExpires = time.UnixMilli(lexp)
+	}
+	s.scheduled(ctx, c.Tenant, l, len(d.Events), wake)
+	if !exists && s.maxConns > 0 {
+		if err := s.mayExist(ctx, c); err != nil {
+			return Decision{}, err
+		}
 	}
 	return d, nil
 }
@@ -94,98 +103,65 @@ type ReportResult struct {
 	Events []breaker.Event
 }
 
-// Report applies the outcome of one call: one round trip (plus an index
-// insert the first time a connection is seen).
+// Report applies the outcome of one call: one round trip. A connection's
+// first report registers it in its tenant's index first (within the cap;
+// see [Store.create]), so a connection that exists is always listed and
+// counted. May return [ErrTooManyConnections].
 func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportResult, error) {
 	p := s.connPolicy(c)
 	l := c.layout()
-	r := newReply(scriptReport.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l,
-		rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter())...).Result())
 	res := ReportResult{}
-	res.Accepted = r.int() == 1
-	res.Changed = r.int() == 1
-	res.Created = r.int() == 1
-	res.Revision = uint64(r.int())
-	res.Phase = breaker.Phase(r.int())
-	_ = r.int() // now
-	res.Events = r.events()
-	if r.err != nil {
-		return ReportResult{}, unavailable("report", r.err)
-	}
-	if res.Created {
-		if err := s.index(ctx, c); err != nil {
-			return ReportResult{}, err
+	var wake int64
+	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
+		r := newReply(scriptReport.Run(ctx, s.rdb, connKeys(l), s.args(p, l,
+			rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
+			registeredAt, registerGrace.Milliseconds())...).Result())
+		// REPORT_REPLY in report.lua.
+		status := r.int()
+		res.Accepted = r.int() == 1
+		res.Changed = r.int() == 1
+		res.Created = r.int() == 1
+		res.Revision = uint64(r.int())
+		res.Phase = breaker.Phase(r.int())
+		_ = r.int() // now
+		wake = r.int()
+		res.Events = r.events()
+		if r.err != nil {
+			return 0, unavailable("report", r.err)
 		}
+		return status, nil
+	})
+	if err != nil {
+		return ReportResult{}, err
 	}
+	s.scheduled(ctx, c.Tenant, l, len(res.Events), wake)
 	return res, nil
 }
 
-// index adds a new connection to its tenant's index, enforcing the
-// tenant's cap: a connection over the cap is removed again.
-func (s *Store) index(ctx context.Context, c Conn) error {
-	idx := keys.Index(c.Tenant)
-	if err := s.rdb.ZAdd(ctx, idx, zmember(c.ID)).Err(); err != nil {
-		return unavailable("index", err)
-	}
-	if s.maxConns <= 0 {
-		return nil
-	}
-	n, err := s.rdb.ZCard(ctx, idx).Result()
-	if err != nil {
-		return unavailable("index", err)
-	}
-	if n <= int64(s.maxConns) {
-		return nil
-	}
-	// Expired connections must not count: prune, then count again.
-	if err := s.pruneAll(ctx, c.Tenant); err != nil {
-		return err
-	}
-	if n, err = s.rdb.ZCard(ctx, idx).Result(); err != nil {
-		return unavailable("index", err)
-	}
-	if n <= int64(s.maxConns) {
-		return nil
-	}
-	l := c.layout()
-	if err := s.rdb.ZRem(ctx, idx, c.ID.String()).Err(); err != nil {
-		return unavailable("index", err)
-	}
-	if err := s.rdb.Del(ctx, l.State()).Err(); err != nil {
-		return unavailable("index", err)
-	}
-	if err := s.rdb.Del(ctx, l.History()).Err(); err != nil {
-		return unavailable("index", err)
-	}
-	return ErrTooManyConnections
-}
-
 // ExtendLease moves a live probe lease's expiry to now+ttl (ttl 0: the
-// policy's lease TTL). May return [ErrLeaseNotHeld].
+// policy's lease TTL): one script that compares the token and extends.
+// May return [ErrLeaseNotHeld].
 func (s *Store) ExtendLease(ctx context.Context, c Conn, token string, ttl time.Duration) (time.Time, error) {
 	p := s.connPolicy(c)
 	if ttl <= 0 {
 		ttl = p.LeaseTTL
 	}
-	slot := tokenSlot(token, p.MaxProbes)
-	if slot < 0 {
+	if tokenSlot(token, p.MaxProbes) < 0 {
 		return time.Time{}, ErrLeaseNotHeld
 	}
 	l := c.layout()
-	r := newReply(scriptExtend.Run(ctx, s.rdb, connKeys(l, p.MaxProbes), s.args(p, l, token)...).Result())
-	held, now := r.int(), r.int()
+	r := newReply(scriptExtend.Run(ctx, s.rdb, connKeys(l), s.args(p, l, token, ttl.Milliseconds())...).Result())
+	// EXTEND_REPLY in extend.lua.
+	slot, expires := r.int(), r.int()
+	_ = r.int() // now
+	wake := r.int()
+	evs := r.events()
 	if r.err != nil {
 		return time.Time{}, unavailable("extend lease", r.err)
 	}
-	if held < 0 {
+	s.scheduled(ctx, c.Tenant, l, len(evs), wake)
+	if slot < 0 {
 		return time.Time{}, ErrLeaseNotHeld
 	}
-	// Re-obtaining a redislock lock with its own token refreshes its TTL.
-	if _, err := s.locks.Obtain(ctx, l.Lease(slot), ttl, &redislock.Options{Token: token}); err != nil {
-		if errors.Is(err, redislock.ErrNotObtained) {
-			return time.Time{}, ErrLeaseNotHeld
-		}
-		return time.Time{}, unavailable("extend lease", err)
-	}
-	return time.UnixMilli(now).Add(ttl), nil
+	return time.UnixMilli(expires), nil
 }

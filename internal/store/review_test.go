@@ -2,7 +2,7 @@ package store_test
 
 import (
 	"context"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -68,6 +68,7 @@ func TestForcedOpenUntilChangedNeverExpires(t *testing.T) {
 func TestCapIgnoresExpiredConnections(t *testing.T) {
 	t.Parallel()
 	m, rdb := redistest.Mini(t)
+	clock := newMiniClock(m)
 	st, err := store.New(rdb, store.Options{IdleTTL: time.Hour, MaxConnsPerTenant: 2})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -75,7 +76,7 @@ func TestCapIgnoresExpiredConnections(t *testing.T) {
 		_, err := st.Report(ctx, store.Conn{Tenant: "t", ID: testID(byte(i))}, breaker.Report{Outcome: breaker.OutcomeSuccess})
 		require.NoError(t, err)
 	}
-	m.FastForward(2 * time.Hour) // both expired; nobody listed
+	clock.advance(2 * time.Hour) // both expired; nobody listed, no sweeper ran
 	_, err = st.Report(ctx, store.Conn{Tenant: "t", ID: testID(5)}, breaker.Report{Outcome: breaker.OutcomeSuccess})
 	require.NoError(t, err, "expired connections do not count against the cap")
 	n, err := st.Count(ctx, "t")
@@ -83,9 +84,13 @@ func TestCapIgnoresExpiredConnections(t *testing.T) {
 	assert.Equal(t, int64(1), n)
 }
 
+// TestListPruneDoesNotDropARevivedConnection: List finds a connection's
+// state gone; before it forgets the index entry, another replica revives
+// the connection. The entry must stay.
 func TestListPruneDoesNotDropARevivedConnection(t *testing.T) {
 	t.Parallel()
 	m, rdb := redistest.Mini(t)
+	clock := newMiniClock(m)
 	other := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
 	t.Cleanup(func() { _ = other.Close() })
 	st, err := store.New(rdb, store.Options{IdleTTL: time.Hour})
@@ -96,10 +101,10 @@ func TestListPruneDoesNotDropARevivedConnection(t *testing.T) {
 	c := store.Conn{Tenant: "t", ID: testID(3)}
 	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeSuccess})
 	require.NoError(t, err)
-	m.FastForward(2 * time.Hour)
+	clock.advance(2 * time.Hour)
 	fired := false
 	rdb.AddHook(beforeHook{before: func(cmd redis.Cmder) {
-		if cmd.Name() == "zrem" && !fired {
+		if !fired && slices.Contains(cmd.Args(), any("forget")) {
 			fired = true // another replica revives the connection right now
 			_, err := st2.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 60_000})
 			assert.NoError(t, err)
@@ -114,47 +119,45 @@ func TestListPruneDoesNotDropARevivedConnection(t *testing.T) {
 	assert.Equal(t, breaker.Open, snaps[0].State.Phase)
 }
 
-func TestLateExtendCannotReviveASettledLease(t *testing.T) {
+// TestExtendLeaseIsOneAtomicStep: ExtendLease is one script (compare the
+// token, then extend), so a probe settled meanwhile cannot be revived:
+// there is no second step that could re-create a lease.
+func TestExtendLeaseIsOneAtomicStep(t *testing.T) {
 	t.Parallel()
 	rdb := redistest.Real(t)
 	p := breaker.DefaultPolicy()
 	p.ConsecutiveFailures = 1
 	p.OpenBase, p.OpenMax, p.Jitter = 5*time.Millisecond, 5*time.Millisecond, 0
-	st, err := store.New(rdb, store.Options{Policy: &p})
-	require.NoError(t, err)
-	other := redis.NewClient(&redis.Options{Addr: rdb.Options().Addr})
-	t.Cleanup(func() { _ = other.Close() })
-	st2, err := store.New(other, store.Options{Policy: &p})
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	st, err := store.New(rdb, store.Options{Policy: &p, Clock: func() time.Time { return now }})
 	require.NoError(t, err)
 	ctx := context.Background()
 	c := store.Conn{Tenant: "t", ID: testID(7)}
 	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeTransientFailure})
 	require.NoError(t, err)
-	time.Sleep(20 * time.Millisecond)
+	now = now.Add(20 * time.Millisecond)
 	probe, err := st.Admit(ctx, c)
 	require.NoError(t, err)
 	require.Equal(t, breaker.AllowProbe, probe.Decision)
 
-	// Between ExtendLease's check and its refresh, the probe's success
-	// (through another replica) closes the connection.
-	fired := false
-	rdb.AddHook(beforeHook{before: func(cmd redis.Cmder) {
-		if fired || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
-			return
-		}
-		if a := cmd.Args(); len(a) > 3 && strings.HasSuffix(a[3].(string), ":l:0") {
-			fired = true
-			_, err := st2.Report(ctx, c, breaker.Report{LeaseToken: probe.LeaseToken, Outcome: breaker.OutcomeSuccess})
-			assert.NoError(t, err)
-		}
-	}})
-	_, _ = st.ExtendLease(ctx, c, probe.LeaseToken, time.Hour)
-	require.True(t, fired, "the interleaving happened")
+	_, err = st.ExtendLease(ctx, c, "0.0.0.forged", time.Hour) // loads the script
+	require.ErrorIs(t, err, store.ErrLeaseNotHeld)
+	var sent []string
+	rdb.AddHook(beforeHook{before: func(cmd redis.Cmder) { sent = append(sent, cmd.Name()) }})
+	exp, err := st.ExtendLease(ctx, c, probe.LeaseToken, time.Hour)
+	require.NoError(t, err)
+	assert.Equal(t, now.Add(time.Hour).UnixMilli(), exp.UnixMilli())
+	assert.Equal(t, []string{"evalsha"}, sent, "one round trip")
+
+	_, err = st.Report(ctx, c, breaker.Report{LeaseToken: probe.LeaseToken, Outcome: breaker.OutcomeSuccess})
+	require.NoError(t, err)
+	_, err = st.ExtendLease(ctx, c, probe.LeaseToken, time.Hour)
+	require.ErrorIs(t, err, store.ErrLeaseNotHeld, "a settled lease cannot be extended")
 	snap, _, err := st.Get(ctx, "t", c.ID, 0)
 	require.NoError(t, err)
 	assert.Equal(t, breaker.Closed, snap.State.Phase)
-	assert.Empty(t, snap.State.Leases, "a lease of an earlier revision is no lease")
-	r, err := st.Report(ctx, c, breaker.Report{Revision: 1, LeaseToken: probe.LeaseToken, Outcome: breaker.OutcomeTransientFailure})
+	assert.Empty(t, snap.State.Leases, "nothing was re-created")
+	r, err := st.Report(ctx, c, breaker.Report{Revision: probe.Revision, LeaseToken: probe.LeaseToken, Outcome: breaker.OutcomeTransientFailure})
 	require.NoError(t, err)
 	assert.False(t, r.Accepted, "a stale failure never re-opens a recovered connection")
 	assert.Equal(t, breaker.Closed, r.Phase)

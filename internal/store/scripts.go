@@ -2,6 +2,7 @@ package store
 
 import (
 	_ "embed"
+	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -24,19 +25,26 @@ var (
 	luaGet string
 	//go:embed lua/extend.lua
 	luaExtend string
+	//go:embed lua/tenant.lua
+	luaTenant string
 
 	scriptAdmit  = redis.NewScript(luaPrelude + luaAdmit)
 	scriptReport = redis.NewScript(luaPrelude + luaReport)
 	scriptForce  = redis.NewScript(luaPrelude + luaForce)
 	scriptGet    = redis.NewScript(luaPrelude + luaGet)
 	scriptExtend = redis.NewScript(luaPrelude + luaExtend)
+	scriptTenant = redis.NewScript(luaTenant)
 )
 
-// forceReset is the force script's code for a reset.
-const forceReset = 3
+// The scripts' named codes (prelude.lua's STATUS, force.lua's FORCE_RESET).
+const (
+	statusApplied      = 1
+	statusUnregistered = 2
+	forceReset         = 3
+)
 
-// connKeys are KEYS for a connection script: state, history, lease slots.
-func connKeys(l keys.Layout, maxProbes int) []string { return l.Script(maxProbes) }
+// connKeys are KEYS for a connection script: state, history.
+func connKeys(l keys.Layout) []string { return l.Script() }
 
 // policyArgs is ARGV[2..16]: the policy, idle TTL and history cap, as
 // strings. They are the same for every call with one policy, so they are
@@ -133,30 +141,94 @@ func (r *reply) str() string {
 	return s
 }
 
-// state decodes the prelude's encode(s).
-func (r *reply) state() (breaker.State, int64, string) {
-	now := r.int()
-	st := breaker.State{
-		Phase: breaker.Phase(r.int()), Cause: breaker.Cause(r.int()), Revision: uint64(r.int()),
-		OpenUntil: r.int(), Reopens: int(r.int()), Consecutive: int(r.int()),
-		Override: breaker.Override(r.int()), OverrideUntil: r.int(),
-		Successes: r.int(), Failures: r.int(), LastStatus: int(r.int()),
-		LastOutcome: breaker.Outcome(r.int()), LastErrorCode: r.str(),
-		ChangedAt: r.int(), UpdatedAt: r.int(),
-	}
-	label := r.str()
-	st.Window = breaker.Window{Start: r.int(), PrevCalls: r.int(), PrevFails: r.int(), CurCalls: r.int(), CurFails: r.int()}
-	n := r.int()
-	for range n {
-		l := breaker.Lease{Slot: int(r.int()), Token: r.str(), Expires: r.int()}
-		l.Granted = tokenGranted(l.Token)
-		st.Leases = append(st.Leases, l)
-	}
-	return st, now, label
+// stateJSON is prelude.lua's state_table(s).
+type stateJSON struct {
+	Now           int64  `json:"now"`
+	Phase         int    `json:"phase"`
+	Cause         int    `json:"cause"`
+	Revision      uint64 `json:"revision"`
+	OpenUntil     int64  `json:"open_until"`
+	Reopens       int    `json:"reopens"`
+	Consecutive   int    `json:"consecutive"`
+	Override      int    `json:"override"`
+	OverrideUntil int64  `json:"override_until"`
+	Successes     int64  `json:"successes"`
+	Failures      int64  `json:"failures"`
+	LastStatus    int    `json:"last_status"`
+	LastOutcome   int    `json:"last_outcome"`
+	LastError     string `json:"last_error"`
+	ChangedAt     int64  `json:"changed_at"`
+	UpdatedAt     int64  `json:"updated_at"`
+	Label         string `json:"label"`
+	WindowStart   int64  `json:"window_start"`
+	PrevCalls     int64  `json:"prev_calls"`
+	PrevFails     int64  `json:"prev_fails"`
+	CurCalls      int64  `json:"cur_calls"`
+	CurFails      int64  `json:"cur_fails"`
+	Leases        []struct {
+		Slot    int    `json:"slot"`
+		Token   string `json:"token"`
+		Expires int64  `json:"expires"`
+	} `json:"leases"`
 }
 
-// events decodes with_events: the transitions a script applied (time and
-// revision are not carried; the history has them).
+// state converts the script's state to the model's, with the label and
+// the server clock's now.
+func (j *stateJSON) state() (breaker.State, int64, string) {
+	st := breaker.State{
+		Phase: breaker.Phase(j.Phase), Cause: breaker.Cause(j.Cause), Revision: j.Revision,
+		OpenUntil: j.OpenUntil, Reopens: j.Reopens, Consecutive: j.Consecutive,
+		Override: breaker.Override(j.Override), OverrideUntil: j.OverrideUntil,
+		Successes: j.Successes, Failures: j.Failures, LastStatus: j.LastStatus,
+		LastOutcome: breaker.Outcome(j.LastOutcome), LastErrorCode: j.LastError,
+		ChangedAt: j.ChangedAt, UpdatedAt: j.UpdatedAt,
+		Window: breaker.Window{Start: j.WindowStart, PrevCalls: j.PrevCalls, PrevFails: j.PrevFails, CurCalls: j.CurCalls, CurFails: j.CurFails},
+	}
+	for _, l := range j.Leases {
+		st.Leases = append(st.Leases, breaker.Lease{Slot: l.Slot, Token: l.Token, Granted: tokenGranted(l.Token), Expires: l.Expires})
+	}
+	return st, j.Now, j.Label
+}
+
+// state decodes a state_table(s) sent as JSON.
+func (r *reply) state() (breaker.State, int64, string) {
+	js := r.str()
+	if r.err != nil {
+		return breaker.State{}, 0, ""
+	}
+	var j stateJSON
+	if err := json.Unmarshal([]byte(js), &j); err != nil {
+		r.err = fmt.Errorf("store: script state: %w", err)
+		return breaker.State{}, 0, ""
+	}
+	return j.state()
+}
+
+// strs reads a nested array of strings.
+func (r *reply) strs() []string {
+	x := r.next()
+	if r.err != nil {
+		return nil
+	}
+	arr, ok := x.([]any)
+	if !ok {
+		r.err = fmt.Errorf("store: script reply value %d is %T, not an array", r.i-1, x)
+		return nil
+	}
+	out := make([]string, 0, len(arr))
+	for _, v := range arr {
+		s, ok := v.(string)
+		if !ok {
+			r.err = fmt.Errorf("store: script reply value %d holds %T, not a string", r.i-1, v)
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// events decodes the end of reply(): the transitions a script applied
+// (time and revision are not carried; the history has them).
 func (r *reply) events() []breaker.Event {
 	n := r.int()
 	var evs []breaker.Event

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,14 @@ type Options struct {
 	History int
 	// MaxConnsPerTenant caps each tenant's live connections (zero: no cap).
 	MaxConnsPerTenant int
+	// SweepInterval is how often [Store.Run] sweeps due timed transitions
+	// (zero: [DefaultSweepInterval], 250 ms): an open or override that ends
+	// is published at most about this late when nobody calls Admit.
+	SweepInterval time.Duration
+	// SweepLockTTL is the sweeper lock's time to live (zero:
+	// [DefaultSweepLockTTL], 5 s): how long the replicas wait to take over
+	// from a sweeper that died. It must exceed SweepInterval.
+	SweepLockTTL time.Duration
 	// Clock, for tests only, replaces Redis TIME as the scripts' clock.
 	Clock func() time.Time
 	// Nonce, for tests only, replaces the random lease-token nonce.
@@ -63,6 +72,8 @@ type Store struct {
 	nonce     func() string
 	jitter    func() int64
 	maxConns  int
+	// sweepEvery and sweepTTL drive Run (see Options).
+	sweepEvery, sweepTTL time.Duration
 	argCache  sync.Map // breaker.Policy → []any, see policyArgs
 	hub       hub      // shared watch subscriptions, one per tenant
 }
@@ -71,7 +82,8 @@ type Store struct {
 // client). It validates the policy.
 func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 	s := &Store{rdb: rdb, locks: redislock.New(rdb), policy: breaker.DefaultPolicy(), policyFor: o.PolicyFor,
-		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter, maxConns: o.MaxConnsPerTenant}
+		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter, maxConns: o.MaxConnsPerTenant,
+		sweepEvery: o.SweepInterval, sweepTTL: o.SweepLockTTL}
 	if o.Policy != nil {
 		s.policy = *o.Policy
 	}
@@ -83,6 +95,15 @@ func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 	}
 	if s.history <= 0 {
 		s.history = 50
+	}
+	if s.sweepEvery <= 0 {
+		s.sweepEvery = DefaultSweepInterval
+	}
+	if s.sweepTTL <= 0 {
+		s.sweepTTL = DefaultSweepLockTTL
+	}
+	if s.sweepTTL <= s.sweepEvery {
+		return nil, fmt.Errorf("store: sweep lock TTL (%s) must exceed the sweep interval (%s)", s.sweepTTL, s.sweepEvery)
 	}
 	if s.nonce == nil {
 		s.nonce = randomNonce

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -20,6 +21,25 @@ func testID(b ...byte) keys.ID {
 	copy(id[:], b)
 	id[31] = 0xcd
 	return id
+}
+
+// miniClock moves a miniredis's TIME and its key expiry together (it
+// expires keys only when told time passed).
+type miniClock struct {
+	m   *miniredis.Miniredis
+	now time.Time
+}
+
+func newMiniClock(m *miniredis.Miniredis) *miniClock {
+	c := &miniClock{m: m, now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	m.SetTime(c.now)
+	return c
+}
+
+func (c *miniClock) advance(d time.Duration) {
+	c.now = c.now.Add(d)
+	c.m.SetTime(c.now)
+	c.m.FastForward(d)
 }
 
 func TestNoScriptAfterFlushIsTransparent(t *testing.T) {
@@ -61,6 +81,7 @@ func TestAdmitOnUnknownConnectionWritesNothing(t *testing.T) {
 func TestIdleConnectionsExpireAndLeaveTheIndex(t *testing.T) {
 	t.Parallel()
 	m, rdb := redistest.Mini(t)
+	clock := newMiniClock(m)
 	st, err := store.New(rdb, store.Options{IdleTTL: time.Hour})
 	require.NoError(t, err)
 	ctx := context.Background()
@@ -71,10 +92,10 @@ func TestIdleConnectionsExpireAndLeaveTheIndex(t *testing.T) {
 	n, err := st.Count(ctx, "t")
 	require.NoError(t, err)
 	assert.Equal(t, int64(3), n)
-	m.FastForward(30 * time.Minute)
+	clock.advance(30 * time.Minute)
 	_, err = st.Report(ctx, store.Conn{Tenant: "t", ID: testID(0)}, breaker.Report{Outcome: breaker.OutcomeSuccess})
 	require.NoError(t, err)
-	m.FastForward(45 * time.Minute) // 1 and 2 are idle for 75 min, 0 for 45
+	clock.advance(45 * time.Minute) // 1 and 2 are idle for 75 min, 0 for 45
 	snaps, more, err := st.List(ctx, "t", "", 10)
 	require.NoError(t, err)
 	assert.False(t, more)
@@ -88,6 +109,7 @@ func TestIdleConnectionsExpireAndLeaveTheIndex(t *testing.T) {
 func TestOpenConnectionOutlivesIdleTTL(t *testing.T) {
 	t.Parallel()
 	m, rdb := redistest.Mini(t)
+	clock := newMiniClock(m)
 	p := breaker.DefaultPolicy()
 	st, err := store.New(rdb, store.Options{Policy: &p, IdleTTL: time.Minute})
 	require.NoError(t, err)
@@ -95,7 +117,7 @@ func TestOpenConnectionOutlivesIdleTTL(t *testing.T) {
 	c := store.Conn{Tenant: "t", ID: testID(9)}
 	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeQuotaExhausted})
 	require.NoError(t, err)
-	m.FastForward(50 * time.Minute)
+	clock.advance(50 * time.Minute)
 	d, err := st.Admit(ctx, c)
 	require.NoError(t, err)
 	assert.Equal(t, breaker.Deny, d.Decision, "a one-hour quota block survives a shorter idle TTL")
@@ -151,6 +173,7 @@ func TestTenantsAreIsolated(t *testing.T) {
 func TestExtendLeaseKeepsAProbeAlive(t *testing.T) {
 	t.Parallel()
 	m, rdb := redistest.Mini(t)
+	clock := newMiniClock(m)
 	p := fastPolicy()
 	p.MaxProbes = 1
 	st, err := store.New(rdb, store.Options{Policy: &p})
@@ -159,15 +182,15 @@ func TestExtendLeaseKeepsAProbeAlive(t *testing.T) {
 	c := store.Conn{Tenant: "t", ID: testID(3)}
 	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 100})
 	require.NoError(t, err)
-	m.FastForward(150 * time.Millisecond)
-	m.SetTime(time.Now().Add(150 * time.Millisecond))
+	clock.advance(150 * time.Millisecond)
 	probe, err := st.Admit(ctx, c)
 	require.NoError(t, err)
 	require.Equal(t, breaker.AllowProbe, probe.Decision)
-	m.FastForward(200 * time.Millisecond)
-	_, err = st.ExtendLease(ctx, c, probe.LeaseToken, time.Second)
+	clock.advance(200 * time.Millisecond)
+	exp, err := st.ExtendLease(ctx, c, probe.LeaseToken, time.Second)
 	require.NoError(t, err)
-	m.FastForward(200 * time.Millisecond) // past the original 300 ms TTL
+	assert.Equal(t, clock.now.Add(time.Second).UnixMilli(), exp.UnixMilli())
+	clock.advance(200 * time.Millisecond) // past the original 300 ms TTL
 	d, err := st.Admit(ctx, c)
 	require.NoError(t, err)
 	assert.Equal(t, breaker.ReasonProbeInFlight, d.Reason, "the extended lease is still held")

@@ -1,47 +1,54 @@
--- admit: ARGV[19] nonce for a probe lease token.
--- Returns {decision, reason, retry_after_ms, revision, phase, lease_token, lease_expires, now, changed, expired, events...}.
+-- admit: ARGV[19] nonce for a probe lease token. It never creates a state:
+-- a healthy connection's Admit writes nothing.
+local ADMIT_REPLY = {'decision', 'reason', 'retry_after', 'revision', 'phase', 'lease_token', 'lease_expires', 'now',
+  'lease_expired', 'exists', 'wake'}
 local s = load()
 settle(s)
-local dec, reason, ra, tok, lexp, expired = 0, 0, 0, '', 0, 0
-if s.ov == 1 then
-  dec, reason = 3, 6
-  if s.ovu > 0 then ra = s.ovu - now else ra = P.om end
-elseif s.ov == 2 or s.ph == CLOSED then
-  dec = 1
-elseif s.ph == OPEN then
-  dec, ra = 3, s.ou - now
-  local c = s.ca
-  if c == 2 then reason = 1 elseif c == 3 then reason = 7 elseif c == 4 then reason = 4
-  elseif c == 5 then reason = 5 elseif c == 6 then reason = 6 else reason = 2 end
+local r = {decision = DECISION.ALLOW, reason = REASON.NONE, retry_after = 0, lease_token = '', lease_expires = 0,
+  lease_expired = 0, now = now, exists = s.exists and 1 or 0}
+if s.override == OVERRIDE.FORCED_OPEN then
+  r.decision, r.reason = DECISION.DENY, REASON.FORCED_OPEN
+  if s.override_until > 0 then r.retry_after = s.override_until - now else r.retry_after = P.open_max end
+elseif s.override == OVERRIDE.FORCED_CLOSED or s.phase == PHASE.CLOSED then
+  r.decision = DECISION.ALLOW
+elseif s.phase == PHASE.OPEN then
+  r.decision, r.retry_after = DECISION.DENY, s.open_until - now
+  local c = s.cause
+  if c == CAUSE.RATE_LIMIT then r.reason = REASON.COOLDOWN
+  elseif c == CAUSE.OVERLOAD then r.reason = REASON.OVERLOADED
+  elseif c == CAUSE.QUOTA then r.reason = REASON.QUOTA
+  elseif c == CAUSE.AUTH then r.reason = REASON.AUTH
+  elseif c == CAUSE.FORCED then r.reason = REASON.FORCED_OPEN
+  else r.reason = REASON.OPEN end
+elseif #s.leases >= P.max_probes then
+  -- half-open, every slot held: wait for the first live lease to end
+  -- (load kept only leases whose stored expiry is after now, so > 0).
+  r.decision, r.reason = DECISION.DENY, REASON.PROBE_IN_FLIGHT
+  r.retry_after = s.leases[1].expires - now
+  for _, l in ipairs(s.leases) do r.retry_after = math.min(r.retry_after, l.expires - now) end
 else
-  if #s.leases >= P.mp then
-    dec, reason = 3, 3
-    ra = s.leases[1].expires - now
-    for _, l in ipairs(s.leases) do ra = math.min(ra, l.expires - now) end
-  else
-    local slot = 0
-    while true do
-      local used = false
-      for _, l in ipairs(s.leases) do if l.slot == slot then used = true end end
-      if not used then break end
-      slot = slot + 1
-    end
-    tok = string.format('%d.%d.%d.%s', s.rv, slot, now, ARGV[19])
-    lexp = now + P.ttl
-    -- the lease key is a github.com/bsm/redislock lock: value = token.
-    redis.call('SET', KEYS[3 + slot], tok, 'PX', P.ttl)
-    -- lt<slot> remembers the slot's unsettled grant: a grant that finds
-    -- one there means that lease lapsed without a report (its holder died).
-    local field = 'lt' .. slot
-    if redis.call('HEXISTS', S, field) == 1 then expired = 1 end
-    redis.call('HSET', S, field, tok)
-    table.insert(s.leases, {slot = slot, token = tok, granted = now, expires = lexp})
-    dec = 2
+  local slot = 0
+  while true do
+    local used = false
+    for _, l in ipairs(s.leases) do if l.slot == slot then used = true end end
+    if not used then break end
+    slot = slot + 1
   end
+  r.decision = DECISION.ALLOW_PROBE
+  r.lease_token = string.format('%d.%d.%d.%s', s.revision, slot, now, ARGV[19])
+  r.lease_expires = now + P.lease_ttl
+  -- A token still in the slot is a lease that lapsed unsettled: its
+  -- holder died or hung.
+  if s.lapsed[slot] then r.lease_expired = 1 end
+  local tf, xf = lease_fields(slot)
+  redis.call('HSET', S, tf, r.lease_token, xf, string.format('%d', r.lease_expires))
+  table.insert(s.leases, {slot = slot, token = r.lease_token, granted = now, expires = r.lease_expires})
+  if #events == 0 then keep(s) end
 end
-local changed = #events > 0
-if changed then
+if #events > 0 then
   save(s)
   emit(s)
 end
-return with_events({dec, reason, ra, s.rv, s.ph, tok, lexp, now, changed and 1 or 0, expired})
+r.revision, r.phase, r.wake = s.revision, s.phase, 0
+if #events > 0 then r.wake = wake(s) end
+return reply(ADMIT_REPLY, r)

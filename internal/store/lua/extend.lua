@@ -1,11 +1,22 @@
--- extend: settles, then says whether ARGV[19] names a live lease.
--- Returns {slot or -1, now}. The store then refreshes the lock with redislock.
+-- extend: ARGV[19] lease token, ARGV[20] ttl ms. Settles, then, when the
+-- token names a live lease, moves its expiry to now + ttl: one atomic
+-- compare-and-extend.
+local EXTEND_REPLY = {'slot', 'expires', 'now', 'wake'}
 local s = load()
 settle(s)
+local r = {slot = -1, expires = 0, now = now, wake = 0}
+local l = find_lease(s, ARGV[19])
+if l then
+  l.expires = now + tonumber(ARGV[20])
+  local _, xf = lease_fields(l.slot)
+  redis.call('HSET', S, xf, string.format('%d', l.expires))
+  r.slot, r.expires = l.slot, l.expires
+end
 if #events > 0 then
   save(s)
   emit(s)
+  r.wake = wake(s)
+elseif l then
+  keep(s)
 end
-local l = find_lease(s, ARGV[19])
-if l then return with_events({l.slot, now}) end
-return with_events({-1, now})
+return reply(EXTEND_REPLY, r)

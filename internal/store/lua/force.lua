@@ -1,29 +1,34 @@
 -- force: ARGV[19] override (0 clear, 1 forced open, 2 forced closed, 3 reset),
--- ARGV[20] duration ms from now (0: until changed), ARGV[21] actor, ARGV[22] reason.
--- Returns the encoded state, then the events.
+-- ARGV[20] duration ms from now (0: until changed), ARGV[21] actor,
+-- ARGV[22] reason, ARGV[23] registered_at, ARGV[24] grace (see may_create).
+local FORCE_REPLY = {'status', 'wake', 'state'}
+local FORCE_RESET = 3
 local s = load()
+if not may_create(s, tonumber(ARGV[23]), tonumber(ARGV[24])) then
+  return reply(FORCE_REPLY, {status = STATUS.UNREGISTERED, wake = 0, state = cjson.encode(state_table(s))})
+end
 settle(s)
 local o, d, actor, reason = tonumber(ARGV[19]), tonumber(ARGV[20]), ARGV[21], ARGV[22]
-local untilMs = 0
-if d > 0 then untilMs = now + d end
-if o == 3 then
-  s.ov, s.ovu, s.ro = 0, 0, 0
+local until_ms = 0
+if d > 0 then until_ms = now + d end
+if o == FORCE_RESET then
+  s.override, s.override_until, s.reopens = OVERRIDE.NONE, 0, 0
   reset_counts(s)
-  transition(s, CLOSED, 7, actor, reason)
+  transition(s, now, PHASE.CLOSED, CAUSE.RESET, actor, reason)
 else
-  s.ov, s.ovu = o, untilMs
-  if o == 1 then
-    transition(s, OPEN, 6, actor, reason)
-    s.ou = untilMs
-  elseif o == 2 then
+  s.override, s.override_until = o, until_ms
+  if o == OVERRIDE.FORCED_OPEN then
+    transition(s, now, PHASE.OPEN, CAUSE.FORCED, actor, reason)
+    s.open_until = until_ms
+  elseif o == OVERRIDE.FORCED_CLOSED then
     reset_counts(s)
-    transition(s, CLOSED, 6, actor, reason)
+    transition(s, now, PHASE.CLOSED, CAUSE.FORCED, actor, reason)
   else
-    s.ovu = 0
+    s.override_until = 0
     reset_counts(s)
-    transition(s, CLOSED, 7, actor, reason)
+    transition(s, now, PHASE.CLOSED, CAUSE.RESET, actor, reason)
   end
 end
 save(s)
 emit(s)
-return with_events(encode(s))
+return reply(FORCE_REPLY, {status = STATUS.APPLIED, wake = wake(s), state = cjson.encode(state_table(s))})

@@ -2,11 +2,34 @@
 -- internal/breaker (the reference model) line by line; a differential test
 -- holds the two together. Keep them in step.
 --
--- KEYS[1] state hash, KEYS[2] history list, KEYS[3..] probe lease slots.
+-- KEYS[1] state hash, KEYS[2] history list (one hash tag: one Cluster slot).
 -- ARGV[1] now in Unix ms, or 0 to read Redis TIME (the one clock).
 -- ARGV[2..14] policy (see policyArgs in scripts.go), ARGV[15] idle TTL ms,
 -- ARGV[16] history cap, ARGV[17] event channel, ARGV[18] connection id hex,
 -- ARGV[19..] the operation's own arguments.
+--
+-- Every timing decision is made here from now and the expiries stored in
+-- the state hash (open until, override until, each lease's expiry); key
+-- TTLs only collect garbage.
+
+-- The numbers of internal/breaker's enums (and of the wire enums);
+-- names_test.go checks them against the Go constants.
+local DECISION = {ALLOW = 1, ALLOW_PROBE = 2, DENY = 3}
+local REASON = {NONE = 0, COOLDOWN = 1, OPEN = 2, PROBE_IN_FLIGHT = 3, QUOTA = 4, AUTH = 5, FORCED_OPEN = 6,
+  OVERLOADED = 7}
+local PHASE = {CLOSED = 1, OPEN = 2, HALF_OPEN = 3}
+local CAUSE = {NONE = 0, BREAKER = 1, RATE_LIMIT = 2, OVERLOAD = 3, QUOTA = 4, AUTH = 5, FORCED = 6, RESET = 7,
+  PROBE_SUCCESS = 8, OPEN_EXPIRED = 9, FORCE_EXPIRED = 10}
+local OUTCOME = {SUCCESS = 1, TRANSIENT_FAILURE = 2, RATE_LIMITED = 3, OVERLOADED = 4, QUOTA_EXHAUSTED = 5,
+  AUTH_FAILURE = 6, CLIENT_ERROR = 7, CANCELED = 8}
+local OVERRIDE = {NONE = 0, FORCED_OPEN = 1, FORCED_CLOSED = 2}
+local MAX_COUNT, MAX_REOPENS = 100000, 64
+-- STATUS is the first value of a writing script's reply: APPLIED, or
+-- UNREGISTERED when the connection does not exist and the store has not
+-- just registered it in its tenant's index (see register in tenant.lua):
+-- nothing was written, the store registers it and runs the script again.
+local STATUS = {APPLIED = 1, UNREGISTERED = 2}
+
 local S, H = KEYS[1], KEYS[2]
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -14,94 +37,151 @@ if now == 0 then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local P = {
-  cf = tonumber(ARGV[2]), bp = tonumber(ARGV[3]), mc = tonumber(ARGV[4]),
-  win = tonumber(ARGV[5]), ob = tonumber(ARGV[6]), om = tonumber(ARGV[7]),
-  jit = tonumber(ARGV[8]), rld = tonumber(ARGV[9]), olf = tonumber(ARGV[10]),
-  qb = tonumber(ARGV[11]), ab = tonumber(ARGV[12]), mp = tonumber(ARGV[13]),
-  ttl = tonumber(ARGV[14]),
+  consecutive = tonumber(ARGV[2]), rate_bp = tonumber(ARGV[3]), min_calls = tonumber(ARGV[4]),
+  window = tonumber(ARGV[5]), open_base = tonumber(ARGV[6]), open_max = tonumber(ARGV[7]),
+  jitter = tonumber(ARGV[8]), rate_limit_default = tonumber(ARGV[9]), overload_floor = tonumber(ARGV[10]),
+  quota_block = tonumber(ARGV[11]), auth_block = tonumber(ARGV[12]), max_probes = tonumber(ARGV[13]),
+  lease_ttl = tonumber(ARGV[14]),
 }
 local IDLE, HCAP, CHAN, ID = tonumber(ARGV[15]), tonumber(ARGV[16]), ARGV[17], ARGV[18]
-local MAXCOUNT, MAXREOPENS = 100000, 64
-local CLOSED, OPEN, HALF = 1, 2, 3
 
-local F = {'ph','ca','rv','ou','ro','cf','ws','wpc','wpf','wcc','wcf','ov','ovu','sc','fc','ls','lo','le','cat','uat','lb'}
-local NUM = {ph=1,ca=1,rv=1,ou=1,ro=1,cf=1,ws=1,wpc=1,wpf=1,wcc=1,wcf=1,ov=1,ovu=1,sc=1,fc=1,ls=1,lo=1,cat=1,uat=1}
+-- The state hash's fields: {state field, hash field, text?}. The hash
+-- names are short (one hash per connection) and stable across versions.
+local FIELDS = {
+  {'phase', 'ph'}, {'cause', 'ca'}, {'revision', 'rv'}, {'open_until', 'ou'}, {'reopens', 'ro'},
+  {'consecutive', 'cf'}, {'window_start', 'ws'}, {'prev_calls', 'wpc'}, {'prev_fails', 'wpf'},
+  {'cur_calls', 'wcc'}, {'cur_fails', 'wcf'}, {'override', 'ov'}, {'override_until', 'ovu'},
+  {'successes', 'sc'}, {'failures', 'fc'}, {'last_status', 'ls'}, {'last_outcome', 'lo'},
+  {'last_error', 'le', true}, {'changed_at', 'cat'}, {'updated_at', 'uat'}, {'label', 'lb', true},
+}
+-- Lease slot n is two fields: its token and its expiry (Unix ms). A token
+-- whose lease lapsed stays until the slot is granted again, which is how a
+-- grant knows that the previous holder never reported.
+local LEASE_TOKEN, LEASE_EXPIRES = 'lt', 'lx'
+
+local function lease_fields(slot) return LEASE_TOKEN .. slot, LEASE_EXPIRES .. slot end
 
 local function load()
-  local v = redis.call('HMGET', S, unpack(F))
-  local s, exists = {}, false
-  for i, f in ipairs(F) do
-    local x = v[i]
-    if x then exists = true end
-    if NUM[f] then s[f] = tonumber(x) or 0 else s[f] = x or '' end
+  local names = {}
+  for i, f in ipairs(FIELDS) do names[i] = f[2] end
+  for slot = 0, P.max_probes - 1 do
+    local tf, xf = lease_fields(slot)
+    names[#names + 1] = tf
+    names[#names + 1] = xf
   end
-  if s.ph == 0 then s.ph = CLOSED end
-  s.leases = {}
-  for i = 1, P.mp do
-    local tok = redis.call('GET', KEYS[2 + i])
-    -- A lease belongs to the revision that granted it (the token's first
-    -- field). Every transition deletes the slots, so a key of another
-    -- revision is debris (e.g. re-created by a late ExtendLease): it holds
-    -- no probe and is overwritten by the next grant.
-    local _, _, trev, granted = string.find(tok or '', '^(%d+)%.%d+%.(%d+)%.')
-    if tok and tonumber(trev) == s.rv then
-      local pttl = redis.call('PTTL', KEYS[2 + i])
-      table.insert(s.leases, {slot = i - 1, token = tok, granted = tonumber(granted) or 0, expires = now + pttl})
+  local v = redis.call('HMGET', S, unpack(names))
+  local s = {exists = false, leases = {}, lapsed = {}}
+  for i, f in ipairs(FIELDS) do
+    local x = v[i]
+    if x then s.exists = true end
+    if f[3] then s[f[1]] = x or '' else s[f[1]] = tonumber(x) or 0 end
+  end
+  if s.phase == 0 then s.phase = PHASE.CLOSED end
+  for slot = 0, P.max_probes - 1 do
+    local tok = v[#FIELDS + 2 * slot + 1]
+    local expires = tonumber(v[#FIELDS + 2 * slot + 2]) or 0
+    if tok then
+      s.exists = true
+      -- A lease is live while its expiry is ahead of now and it belongs to
+      -- the current revision (the token's first field; every transition
+      -- deletes the slots, this only guards against older data).
+      local _, _, trev, granted = string.find(tok, '^(%d+)%.%d+%.(%d+)%.')
+      if tonumber(trev) == s.revision and expires > now then
+        table.insert(s.leases, {slot = slot, token = tok, granted = tonumber(granted) or 0, expires = expires})
+      else
+        s.lapsed[slot] = true
+      end
     end
   end
-  s.exists = exists
   return s
+end
+
+-- deadline is when time alone changes the state next (0: never).
+local function deadline(s)
+  if s.override ~= OVERRIDE.NONE then return s.override_until end
+  if s.phase == PHASE.OPEN then return s.open_until end
+  return 0
+end
+
+-- keep sets the state's and the history's time to live from now (garbage
+-- collection only: every decision reads the stored expiries). An override
+-- without an end lasts until changed: its state never expires (denied
+-- callers write nothing that would refresh it).
+local function keep(s)
+  if s.override ~= OVERRIDE.NONE and s.override_until == 0 then
+    redis.call('PERSIST', S)
+    redis.call('PERSIST', H)
+    s.expires_at = 0
+    return
+  end
+  local ttl = IDLE
+  local d = deadline(s)
+  if d > now then ttl = IDLE + (d - now) end
+  for _, l in ipairs(s.leases) do ttl = math.max(ttl, l.expires - now) end
+  redis.call('PEXPIRE', S, ttl)
+  redis.call('PEXPIRE', H, ttl)
+  s.expires_at = now + ttl
 end
 
 local function save(s)
   local args = {}
-  for _, f in ipairs(F) do
-    args[#args + 1] = f
-    local x = s[f]
-    if NUM[f] then x = string.format('%d', x) end
+  for _, f in ipairs(FIELDS) do
+    args[#args + 1] = f[2]
+    local x = s[f[1]]
+    if not f[3] then x = string.format('%d', x) end
     args[#args + 1] = x
   end
   redis.call('HSET', S, unpack(args))
-  -- An override without an end lasts until changed: its state never
-  -- expires (denied callers write nothing that would refresh it).
-  if s.ov ~= 0 and s.ovu == 0 then
-    redis.call('PERSIST', S)
-    redis.call('PERSIST', H)
-    return
-  end
-  local ttl = IDLE
-  if s.ph == OPEN and s.ou > now then ttl = ttl + (s.ou - now) end
-  if s.ovu > now then ttl = math.max(ttl, IDLE + (s.ovu - now)) end
-  redis.call('PEXPIRE', S, ttl)
-  redis.call('PEXPIRE', H, ttl)
+  keep(s)
 end
 
--- state as returned to Go (and published with events): see reply.state in
--- scripts.go.
-local function encode(s)
-  local out = {now, s.ph, s.ca, s.rv, s.ou, s.ro, s.cf, s.ov, s.ovu, s.sc, s.fc, s.ls, s.lo, s.le, s.cat, s.uat, s.lb,
-    s.ws, s.wpc, s.wpf, s.wcc, s.wcf, #s.leases}
-  for _, l in ipairs(s.leases) do
-    out[#out + 1] = l.slot
-    out[#out + 1] = l.token
-    out[#out + 1] = l.expires
+-- wake is when the store's sweeper must look at this connection next: its
+-- next deadline, or when its keys expire (0: neither).
+local function wake(s)
+  local d, e = deadline(s), s.expires_at
+  if e == nil then
+    local ttl = redis.call('PTTL', S)
+    e = 0
+    if ttl > 0 then e = now + ttl end
   end
-  return out
+  if d > 0 and (e == 0 or d < e) then return d end
+  return e
+end
+
+-- state_table is the state as returned to Go and published with events
+-- (stateJSON in scripts.go), a named table encoded as JSON.
+local function state_table(s)
+  local leases = nil
+  if #s.leases > 0 then
+    leases = {}
+    for i, l in ipairs(s.leases) do leases[i] = {slot = l.slot, token = l.token, expires = l.expires} end
+  end
+  return {
+    now = now, phase = s.phase, cause = s.cause, revision = s.revision, open_until = s.open_until,
+    reopens = s.reopens, consecutive = s.consecutive, override = s.override, override_until = s.override_until,
+    successes = s.successes, failures = s.failures, last_status = s.last_status, last_outcome = s.last_outcome,
+    last_error = s.last_error, changed_at = s.changed_at, updated_at = s.updated_at, label = s.label,
+    window_start = s.window_start, prev_calls = s.prev_calls, prev_fails = s.prev_fails,
+    cur_calls = s.cur_calls, cur_fails = s.cur_fails, leases = leases,
+  }
 end
 
 local events = {}
 
-local function transition(s, to, cause, actor, reason)
-  s.rv = s.rv + 1
-  local ev = {id = ID, at = now, from = s.ph, to = to, cause = cause, rev = s.rv, actor = actor or '', reason = reason or ''}
-  s.ph, s.ca, s.cat, s.sc, s.fc = to, cause, now, 0, 0
-  for i = 1, P.mp do
-    redis.call('DEL', KEYS[2 + i])
-    redis.call('HDEL', S, 'lt' .. (i - 1))
+-- transition moves to phase to at time at. A connection's first
+-- transition takes at as its revision and each later one adds one, so a
+-- connection that expired idle and comes back never repeats a revision of
+-- its previous life.
+local function transition(s, at, to, cause, actor, reason)
+  if s.revision == 0 and at > 0 then s.revision = at else s.revision = s.revision + 1 end
+  table.insert(events, {id = ID, at = at, from = s.phase, to = to, cause = cause, rev = s.revision,
+    actor = actor or '', reason = reason or ''})
+  s.phase, s.cause, s.changed_at, s.successes, s.failures = to, cause, at, 0, 0
+  for slot = 0, P.max_probes - 1 do
+    redis.call('HDEL', S, lease_fields(slot))
   end
-  s.leases = {}
-  if to ~= OPEN then s.ou = 0 end
-  table.insert(events, ev)
+  s.leases, s.lapsed = {}, {}
+  if to ~= PHASE.OPEN then s.open_until = 0 end
 end
 
 -- emit records this call's transitions in the history and publishes them
@@ -111,41 +191,35 @@ local function emit(s)
   for _, ev in ipairs(events) do
     redis.call('LPUSH', H, cjson.encode(ev))
     redis.call('LTRIM', H, 0, HCAP - 1)
-    state = state or encode(s)
+    state = state or state_table(s)
     ev.state = state
     redis.call('PUBLISH', CHAN, cjson.encode(ev))
     ev.state = nil
   end
   -- The history lives exactly as long as the state (save ran before the
   -- list existed on a connection's first event).
-  if #events > 0 then
-    local ttl = redis.call('PTTL', S)
-    if ttl > 0 then
-      redis.call('PEXPIRE', H, ttl)
-    elseif ttl == -1 then
-      redis.call('PERSIST', H)
-    end
-  end
+  if #events > 0 then keep(s) end
 end
 
 local function reset_counts(s)
-  s.cf, s.ws, s.wpc, s.wpf, s.wcc, s.wcf = 0, 0, 0, 0, 0, 0
+  s.consecutive, s.window_start, s.prev_calls, s.prev_fails, s.cur_calls, s.cur_fails = 0, 0, 0, 0, 0, 0
 end
 
+-- settle applies what time alone does, each timed transition stamped with
+-- the instant it became due (lapsed leases were dropped by load).
 local function settle(s)
-  -- expired leases are already gone: Redis expired their keys.
-  if s.ov ~= 0 and s.ovu > 0 and now >= s.ovu then
-    local forced = s.ov
-    s.ov, s.ovu = 0, 0
-    if forced == 1 then
-      transition(s, HALF, 10)
+  if s.override ~= OVERRIDE.NONE and s.override_until > 0 and now >= s.override_until then
+    local forced, at = s.override, s.override_until
+    s.override, s.override_until = OVERRIDE.NONE, 0
+    if forced == OVERRIDE.FORCED_OPEN then
+      transition(s, at, PHASE.HALF_OPEN, CAUSE.FORCE_EXPIRED)
     else
       reset_counts(s)
-      transition(s, CLOSED, 10)
+      transition(s, at, PHASE.CLOSED, CAUSE.FORCE_EXPIRED)
     end
   end
-  if s.ov == 0 and s.ph == OPEN and now >= s.ou then
-    transition(s, HALF, 9)
+  if s.override == OVERRIDE.NONE and s.phase == PHASE.OPEN and now >= s.open_until then
+    transition(s, s.open_until, PHASE.HALF_OPEN, CAUSE.OPEN_EXPIRED)
   end
 end
 
@@ -157,9 +231,27 @@ local function find_lease(s, token)
   return nil
 end
 
--- with_events appends the transitions of this call: n, then from, to, cause
--- for each (the server counts them in its metrics).
-local function with_events(out)
+local function release(s, l)
+  redis.call('HDEL', S, lease_fields(l.slot))
+  for i, x in ipairs(s.leases) do
+    if x.slot == l.slot then table.remove(s.leases, i) break end
+  end
+end
+
+-- may_create says whether a writing script may create the state: only
+-- right after the store registered the connection in its tenant's index
+-- (ARGV registered_at, Unix ms, within grace ms), so that no state exists
+-- that the index, the cap and the sweeper do not know.
+local function may_create(s, registered_at, grace)
+  return s.exists or (registered_at > 0 and now <= registered_at + grace)
+end
+
+-- reply lists a named table's values in the order of names (the Go side
+-- reads them in the same order), then this call's transitions: n, then
+-- from, to, cause for each (the server counts them in its metrics).
+local function reply(names, r)
+  local out = {}
+  for i, name in ipairs(names) do out[i] = r[name] end
   out[#out + 1] = #events
   for _, ev in ipairs(events) do
     out[#out + 1] = ev.from

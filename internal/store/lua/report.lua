@@ -1,99 +1,107 @@
 -- report: ARGV[19] revision, ARGV[20] lease token, ARGV[21] outcome,
 -- ARGV[22] retry_after ms, ARGV[23] http status, ARGV[24] error code,
--- ARGV[25] label ('' keeps the stored one), ARGV[26] jitter in millionths.
--- Returns {accepted, changed, created, revision, phase, now, events...}.
+-- ARGV[25] label ('' keeps the stored one), ARGV[26] jitter in millionths,
+-- ARGV[27] registered_at, ARGV[28] grace (see may_create).
+local REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake'}
 local s = load()
+if not may_create(s, tonumber(ARGV[27]), tonumber(ARGV[28])) then
+  return reply(REPORT_REPLY, {status = STATUS.UNREGISTERED, accepted = 0, changed = 0, created = 0, revision = 0,
+    phase = s.phase, now = now, wake = 0})
+end
 local created = not s.exists
 settle(s)
 local rev, token, outcome = tonumber(ARGV[19]), ARGV[20], tonumber(ARGV[21])
 local retry, jitter = tonumber(ARGV[22]), tonumber(ARGV[26]) / 1e6
-s.uat, s.ls, s.lo, s.le = now, tonumber(ARGV[23]), outcome, ARGV[24]
-if ARGV[25] ~= '' then s.lb = ARGV[25] end
+s.updated_at, s.last_status, s.last_outcome, s.last_error = now, tonumber(ARGV[23]), outcome, ARGV[24]
+if ARGV[25] ~= '' then s.label = ARGV[25] end
 local lease = find_lease(s, token)
-local accepted = lease ~= nil or rev == s.rv
-if lease then
-  redis.call('DEL', KEYS[3 + lease.slot])
-  redis.call('HDEL', S, 'lt' .. lease.slot)
-end
+-- A half-open connection's verdict belongs to its probes: only a live
+-- lease carries it (a probe that gave up its lease keeps the revision but
+-- not the verdict).
+local accepted = lease ~= nil or (rev == s.revision and s.phase ~= PHASE.HALF_OPEN)
+if lease then release(s, lease) end
 local before = #events
 
 local function open_duration()
-  local d = P.ob
+  local d = P.open_base
   local i = 1
-  while i < s.ro and d < P.om do d = d * 2; i = i + 1 end
-  d = math.min(d, P.om)
-  if P.jit > 0 then d = d + math.floor(d * P.jit * (2 * jitter - 1)) end
-  return math.max(math.min(d, P.om), 1)
+  while i < s.reopens and d < P.open_max do d = d * 2; i = i + 1 end
+  d = math.min(d, P.open_max)
+  if P.jitter > 0 then d = d + math.floor(d * P.jitter * (2 * jitter - 1)) end
+  return math.max(math.min(d, P.open_max), 1)
 end
 
 local function trip()
-  s.ro = math.min(s.ro + 1, MAXREOPENS)
+  s.reopens = math.min(s.reopens + 1, MAX_REOPENS)
   reset_counts(s)
-  transition(s, OPEN, 1)
-  s.ou = now + open_duration()
+  transition(s, now, PHASE.OPEN, CAUSE.BREAKER)
+  s.open_until = now + open_duration()
 end
 
 local function rotate()
-  local start = now - now % P.win
-  if s.ws == start then return end
-  if s.ws == start - P.win then
-    s.wpc, s.wpf = s.wcc, s.wcf
+  local start = now - now % P.window
+  if s.window_start == start then return end
+  if s.window_start == start - P.window then
+    s.prev_calls, s.prev_fails = s.cur_calls, s.cur_fails
   else
-    s.wpc, s.wpf = 0, 0
+    s.prev_calls, s.prev_fails = 0, 0
   end
-  s.ws, s.wcc, s.wcf = start, 0, 0
+  s.window_start, s.cur_calls, s.cur_fails = start, 0, 0
 end
 
 local function count(failed)
-  if P.bp <= 0 then return end
+  if P.rate_bp <= 0 then return end
   rotate()
-  s.wcc = math.min(s.wcc + 1, MAXCOUNT)
-  if failed then s.wcf = math.min(s.wcf + 1, MAXCOUNT) end
+  s.cur_calls = math.min(s.cur_calls + 1, MAX_COUNT)
+  if failed then s.cur_fails = math.min(s.cur_fails + 1, MAX_COUNT) end
 end
 
 local function rate_tripped()
-  if P.bp <= 0 then return false end
-  local e = now - s.ws
-  local callsW = s.wpc * (P.win - e) + s.wcc * P.win
-  local failsW = s.wpf * (P.win - e) + s.wcf * P.win
-  return callsW >= P.mc * P.win and failsW * 10000 >= P.bp * callsW
+  if P.rate_bp <= 0 then return false end
+  local e = now - s.window_start
+  local calls = s.prev_calls * (P.window - e) + s.cur_calls * P.window
+  local fails = s.prev_fails * (P.window - e) + s.cur_fails * P.window
+  return calls >= P.min_calls * P.window and fails * 10000 >= P.rate_bp * calls
 end
 
-if outcome ~= 8 and s.ov == 0 then
+if outcome ~= OUTCOME.CANCELED and s.override == OVERRIDE.NONE then
   if accepted then
-    if outcome == 1 or outcome == 7 then
-      if s.ph == HALF then
-        s.ro = 0
+    if outcome == OUTCOME.SUCCESS or outcome == OUTCOME.CLIENT_ERROR then
+      if s.phase == PHASE.HALF_OPEN then
+        s.reopens = 0
         reset_counts(s)
-        transition(s, CLOSED, 8)
-      elseif s.ph == CLOSED and outcome == 1 then
-        s.sc = math.min(s.sc + 1, MAXCOUNT)
-        s.cf = 0
+        transition(s, now, PHASE.CLOSED, CAUSE.PROBE_SUCCESS)
+      elseif s.phase == PHASE.CLOSED and outcome == OUTCOME.SUCCESS then
+        s.successes = math.min(s.successes + 1, MAX_COUNT)
+        s.consecutive = 0
         count(false)
       end
-    elseif outcome == 2 then
-      if s.ph == HALF then
+    elseif outcome == OUTCOME.TRANSIENT_FAILURE then
+      if s.phase == PHASE.HALF_OPEN then
         trip()
-      elseif s.ph == CLOSED then
-        s.fc = math.min(s.fc + 1, MAXCOUNT)
-        s.cf = math.min(s.cf + 1, MAXCOUNT)
+      elseif s.phase == PHASE.CLOSED then
+        s.failures = math.min(s.failures + 1, MAX_COUNT)
+        s.consecutive = math.min(s.consecutive + 1, MAX_COUNT)
         count(true)
-        if (P.cf > 0 and s.cf >= P.cf) or rate_tripped() then trip() end
+        if (P.consecutive > 0 and s.consecutive >= P.consecutive) or rate_tripped() then trip() end
       end
     end
   end
-  local d, cause = retry, 2
-  if outcome == 3 then
-    if retry <= 0 then d = P.rld end
-  elseif outcome == 4 then d, cause = math.max(retry, P.olf), 3
-  elseif outcome == 5 then d, cause = math.max(retry, P.qb), 4
-  elseif outcome == 6 then d, cause = math.max(retry, P.ab), 5
+  -- The hint applies whatever the revision, merged by max.
+  local d, cause = retry, CAUSE.RATE_LIMIT
+  if outcome == OUTCOME.RATE_LIMITED then
+    if retry <= 0 then d = P.rate_limit_default end
+  elseif outcome == OUTCOME.OVERLOADED then d, cause = math.max(retry, P.overload_floor), CAUSE.OVERLOAD
+  elseif outcome == OUTCOME.QUOTA_EXHAUSTED then d, cause = math.max(retry, P.quota_block), CAUSE.QUOTA
+  elseif outcome == OUTCOME.AUTH_FAILURE then d, cause = math.max(retry, P.auth_block), CAUSE.AUTH
   end
-  if d > 0 and not (s.ph == OPEN and s.ou >= now + d) then
-    transition(s, OPEN, cause)
-    s.ou = now + d
+  if d > 0 and not (s.phase == PHASE.OPEN and s.open_until >= now + d) then
+    transition(s, now, PHASE.OPEN, cause)
+    s.open_until = now + d
   end
 end
 save(s)
 emit(s)
-return with_events({accepted and 1 or 0, (#events > before) and 1 or 0, created and 1 or 0, s.rv, s.ph, now})
+return reply(REPORT_REPLY, {status = STATUS.APPLIED, accepted = accepted and 1 or 0,
+  changed = (#events > before) and 1 or 0, created = created and 1 or 0, revision = s.revision, phase = s.phase,
+  now = now, wake = wake(s)})

@@ -1,0 +1,160 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/bsm/redislock"
+
+	"github.com/cooldownd/cooldownd/internal/keys"
+)
+
+// Sweep defaults (see [Options]).
+const (
+	DefaultSweepInterval = 250 * time.Millisecond
+	DefaultSweepLockTTL  = 5 * time.Second
+	// sweepBatch is how many due connections of a tenant one round reads.
+	sweepBatch = 100
+	// sweepRounds bounds the rounds per tenant in one Sweep, so that one
+	// tenant's backlog cannot starve the others.
+	sweepRounds = 10
+)
+
+// Run sweeps on a schedule until ctx ends: every Options.SweepInterval,
+// the replica that holds the sweeper lock (a redislock lock with
+// Options.SweepLockTTL, refreshed each round) runs [Store.Sweep]; the
+// others wait to take over when it lapses. Run it once per replica:
+// `go st.Run(ctx)`. It returns nil when ctx ends, releasing the lock.
+func (s *Store) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.sweepEvery)
+	defer tick.Stop()
+	var lock *redislock.Lock
+	defer func() {
+		if lock != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			_ = lock.Release(rctx)
+		}
+	}()
+	for {
+		lock = s.holdSweepLock(ctx, lock)
+		if lock != nil {
+			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				slog.Warn("store: sweep failed; retrying next round", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// holdSweepLock refreshes the sweeper lock, or tries to take it, and
+// returns it when held.
+func (s *Store) holdSweepLock(ctx context.Context, lock *redislock.Lock) *redislock.Lock {
+	if lock != nil {
+		if err := lock.Refresh(ctx, s.sweepTTL, nil); err == nil {
+			return lock
+		}
+		// Lost (lapsed, or Redis failed over): contend again.
+	}
+	l, err := s.locks.Obtain(ctx, keys.SweepLock, s.sweepTTL, nil)
+	if err != nil {
+		if !errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil {
+			slog.Warn("store: sweeper lock", "err", err)
+		}
+		return nil
+	}
+	return l
+}
+
+// Sweep looks once at every connection whose wake time has come, in every
+// tenant: due timed transitions (an open or an override that ended) are
+// applied, stamped with the instant they became due, recorded and
+// published; connections whose state expired leave their tenant's index.
+// Safe to run on several replicas at once (every step is idempotent); Run
+// elects one.
+func (s *Store) Sweep(ctx context.Context) error {
+	tenants, err := s.rdb.SMembers(ctx, keys.Tenants).Result()
+	if err != nil {
+		return unavailable("sweep", err)
+	}
+	for _, t := range tenants {
+		for range sweepRounds {
+			n, err := s.sweepTenant(ctx, t, sweepBatch)
+			if err != nil {
+				return err
+			}
+			if n < sweepBatch {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// sweepTenant looks at up to limit due connections of a tenant and
+// returns how many it found.
+func (s *Store) sweepTenant(ctx context.Context, tenant string, limit int) (int, error) {
+	r := s.tenantOp(ctx, tenant, "due", limit)
+	_ = r.int() // now
+	var ids []string
+	for r.err == nil && r.i < len(r.v) {
+		ids = append(ids, r.str())
+	}
+	if r.err != nil {
+		return 0, unavailable("sweep", r.err)
+	}
+	for _, hex := range ids {
+		if err := s.look(ctx, tenant, hex); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
+
+// look applies what time did to one connection (get.lua) and moves its
+// wake entry to its next deadline or expiry, or forgets it when its state
+// is gone.
+func (s *Store) look(ctx context.Context, tenant, hex string) error {
+	id, err := keys.ParseID(hex)
+	if err != nil {
+		return s.forget(ctx, tenant, hex)
+	}
+	snap, _, wake, err := s.get(ctx, tenant, id, 0)
+	if err != nil {
+		return err
+	}
+	if !snap.Exists {
+		return s.forget(ctx, tenant, hex)
+	}
+	if _, err := s.tenantDo(ctx, tenant, "resched", hex, wake); err != nil {
+		return unavailable("sweep", err)
+	}
+	// A write between the look and the resched that set an earlier
+	// deadline had its own wake entry overwritten: look again (a write
+	// after this look schedules itself after the resched).
+	again, _, wake2, err := s.get(ctx, tenant, id, 0)
+	if err != nil {
+		return err
+	}
+	if again.Exists && wake2 > 0 && (wake == 0 || wake2 < wake) {
+		if _, err := s.tenantDo(ctx, tenant, "wake", hex, wake2); err != nil {
+			return unavailable("sweep", err)
+		}
+	}
+	return nil
+}
+
+// forget drops a gone connection from its tenant's index and wake set,
+// unless a registration holds it (a create is on its way).
+func (s *Store) forget(ctx context.Context, tenant, hex string) error {
+	if _, err := s.tenantDo(ctx, tenant, "forget", hex); err != nil {
+		return unavailable("sweep", err)
+	}
+	return nil
+}
