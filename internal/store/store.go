@@ -74,8 +74,8 @@ type Store struct {
 	maxConns  int
 	// sweepEvery and sweepTTL drive Run (see Options).
 	sweepEvery, sweepTTL time.Duration
-	argCache  sync.Map // breaker.Policy → []any, see policyArgs
-	hub       hub      // shared watch subscriptions, one per tenant
+	argCache             sync.Map // breaker.Policy → []any, see policyArgs
+	hub                  hub      // shared watch subscriptions, one per tenant
 }
 
 // New returns a Store on rdb (a single, Sentinel-failover or Cluster
