@@ -2,14 +2,42 @@
 BUF := npx --yes @bufbuild/buf@1.75.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test generate check-generate lint fuzz bench storm build
+.PHONY: test preflight stress generate check-generate lint fuzz bench storm build
 
 ## test: run the whole test suite (unit, real-Redis integration, e2e).
-test:
+test: preflight
 	go test $(GO_TEST_FLAGS) ./...
 	go test -tags integration $(GO_TEST_FLAGS) ./test/...
 	go -C deploy/helm/charttest test -count=1 ./...
 	$(MAKE) fuzz FUZZTIME=5s
+
+## preflight: say loudly, in make's own output, which real parts are missing.
+## `go test ./...` hides the output of passing packages, so a test's own
+## SKIPPING line would never be seen; under COOLDOWN_REQUIRE_REAL=1 (CI) a
+## missing part fails the run here.
+preflight:
+	@missing=""; \
+	for bin in redis-server redis-cli redis-sentinel; do command -v $$bin >/dev/null 2>&1 || missing="$$missing $$bin"; done; \
+	command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo ""; \
+		echo "************************************************************************"; \
+		echo "*** MISSING:$$missing"; \
+		echo "*** The tests that need them are SKIPPED: real Redis, Cluster, Sentinel,"; \
+		echo "*** the dashboard in a browser. Install: apt-get install -y redis-server"; \
+		echo "*** redis-tools redis-sentinel chromium   (or run .ci/run)"; \
+		echo "************************************************************************"; \
+		echo ""; \
+		if [ "$${COOLDOWN_REQUIRE_REAL:-}" = 1 ]; then exit 1; fi; \
+	fi
+
+STRESS_COUNT ?= 20
+## stress: the client and the integration packages under -race, many times
+## (STRESS_COUNT, 20 by default; CI runs a smaller count). A flaky test is a
+## failing test.
+stress: preflight
+	go test -race -count=$(STRESS_COUNT) -timeout 30m ./client/...
+	go test -tags integration -race -count=$$(( ($(STRESS_COUNT) + 3) / 4 )) -timeout 30m ./test/...
 
 ## generate: regenerate the Go and Connect code from api/v1/*.proto.
 generate:
