@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -37,24 +38,36 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(s.bodyTO)) == nil {
-				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+				b := &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+				if r.ProtoMajor == 1 {
+					// Connect answers before the body is drained: close the
+					// connection with that answer rather than keep it alive
+					// (an HTTP/2 stream is reset on its own).
+					b.expired = func() { w.Header().Set("Connection", "close") }
+				}
+				r.Body = b
 			}
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// deadlineBody lifts the read deadline when the body ends.
+// deadlineBody lifts the read deadline when the body ends, and calls
+// expired (if set) when the deadline cut the body off.
 type deadlineBody struct {
 	io.ReadCloser
-	once sync.Once
-	lift func()
+	once    sync.Once
+	lift    func()
+	expired func()
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) {
+	switch {
+	case errors.Is(err, io.EOF):
 		b.once.Do(b.lift)
+	case errors.Is(err, os.ErrDeadlineExceeded) && b.expired != nil:
+		b.once.Do(b.expired)
 	}
 	return n, err
 }

@@ -1,0 +1,146 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"runtime"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/server"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// bound is far above every timeout these tests configure and far below
+// "held forever".
+const bound = 5 * time.Second
+
+// timeoutServer serves a store on rdb over plain HTTP/1.1 with the given
+// server options, as cmd/cooldownd configures its http.Server.
+func timeoutServer(t *testing.T, rdb redis.UniversalClient, o server.Options) *httptest.Server {
+	t.Helper()
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	o.Store = st
+	o.Logger = slog.New(slog.DiscardHandler)
+	srv, err := server.New(o)
+	require.NoError(t, err)
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.Config.ReadHeaderTimeout = time.Second
+	hs.Start()
+	t.Cleanup(hs.Close)
+	t.Cleanup(srv.Close)
+	return hs
+}
+
+// TestSlowBodiesAreCutOff: a client that sends its body a byte at a time
+// (before it is even authenticated) loses its connection at the body
+// deadline instead of holding a goroutine for as long as it likes.
+func TestSlowBodiesAreCutOff(t *testing.T) {
+	_, rdb := redistest.Mini(t)
+	hs := timeoutServer(t, rdb, server.Options{BodyTimeout: 200 * time.Millisecond})
+	before := runtime.NumGoroutine()
+	const n = 50
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", hs.Listener.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = io.WriteString(c, "POST /cooldown.v1.CooldownService/Admit HTTP/1.1\r\nHost: x\r\n"+
+			"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+		require.NoError(t, err)
+		conns[i] = c
+	}
+	held := runtime.NumGoroutine() - before
+	t.Logf("%d slow bodies hold %d goroutines", n, held)
+	for i, c := range conns {
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(bound)))
+		// The server answers (an error) and closes the connection.
+		answer, err := io.ReadAll(bufio.NewReader(c))
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("connection %d still open after %s", i, bound)
+		}
+		assert.Contains(t, string(answer), "deadline_exceeded", "connection %d", i)
+	}
+	deadline := time.Now().Add(bound)
+	for runtime.NumGoroutine() > before+5 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("after the body deadline: %d goroutines above the start", runtime.NumGoroutine()-before)
+	assert.LessOrEqual(t, runtime.NumGoroutine(), before+5, "the slow clients' goroutines are gone")
+}
+
+// TestUnaryRequestTimeout: a unary RPC is bounded even when the caller
+// sends no deadline and Redis never answers.
+func TestUnaryRequestTimeout(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	t.Cleanup(func() { _ = rdb.Close() })
+	hs := timeoutServer(t, rdb, server.Options{RequestTimeout: 200 * time.Millisecond})
+	c := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL)
+	began := time.Now()
+	_, err = c.Admit(context.Background(), admitReq(newID()))
+	requireCode(t, err, connect.CodeDeadlineExceeded)
+	assert.Less(t, time.Since(began), bound)
+}
+
+// TestWatchOutlivesTheTimeouts: the body deadline is lifted once the
+// request is read and the unary timeout does not apply, so a watch stream
+// lives as long as its caller.
+func TestWatchOutlivesTheTimeouts(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	hs := timeoutServer(t, rdb, server.Options{BodyTimeout: 50 * time.Millisecond, RequestTimeout: 50 * time.Millisecond})
+	c := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := c.WatchConnections(ctx, connect.NewRequest(&cooldownv1.WatchConnectionsRequest{}))
+	require.NoError(t, err)
+	require.True(t, stream.Receive(), "first heartbeat: %v", stream.Err())
+	time.Sleep(300 * time.Millisecond) // several times both timeouts
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	_, err = st.Force(ctx, "default", testIDOf(t, newID()), breaker.ForcedOpen, 0, "ops", "")
+	require.NoError(t, err)
+	for stream.Receive() {
+		if stream.Msg().GetTransition() != nil {
+			return
+		}
+	}
+	t.Fatalf("stream ended: %v", stream.Err())
+}
+
+func testIDOf(t *testing.T, b []byte) keys.ID {
+	t.Helper()
+	id, err := keys.IDFromBytes(b)
+	require.NoError(t, err)
+	return id
+}
