@@ -159,13 +159,15 @@ func (t *h2cFallback) CloseIdleConnections() {
 
 // mayBeH1Only reports whether an h2c error is one an HTTP/1.1-only server
 // causes: the HTTP/2 client read an HTTP/1.1 answer, the connection failed
-// before the settings exchange, or the server hung up on the preface (a
-// reset, broken pipe or early EOF). The standard library exposes no types
-// for the first two, only messages.
+// before the settings exchange or was closed under the request, or the
+// server hung up on the preface (a reset, broken pipe or early EOF). The
+// standard library exposes no types for the HTTP/2 ones, only messages.
 func mayBeH1Only(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "looked like an HTTP/1.1 header") ||
 		strings.Contains(msg, "client conn could not be established") ||
+		strings.Contains(msg, "client conn is closed") ||
+		strings.Contains(msg, "client connection lost") ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
