@@ -56,6 +56,7 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 	out.Decision = cooldownv1.Decision(d.Decision)
 	out.Revision = d.Revision
 	out.State = cooldownv1.State(d.Phase)
+	out.ServerTime = timestamppb.New(d.Now)
 	switch d.Decision {
 	case breaker.Deny:
 		out.DenyReason = cooldownv1.DenyReason(d.Reason)
@@ -109,6 +110,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	s.metrics.transitionsOf(res.Events)
 	return connect.NewResponse(&cooldownv1.ReportResponse{
 		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
+		ServerTime: timestamppb.New(res.Now),
 	}), nil
 }
 

@@ -101,6 +101,8 @@ type ReportResult struct {
 	Created bool
 	// Events are the transitions the report applied.
 	Events []breaker.Event
+	// Now is the server clock when the report was applied.
+	Now time.Time
 }
 
 // Report applies the outcome of one call: one round trip. A connection's
@@ -123,7 +125,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		res.Created = r.int() == 1
 		res.Revision = uint64(r.int())
 		res.Phase = breaker.Phase(r.int())
-		_ = r.int() // now
+		res.Now = time.UnixMilli(r.int())
 		wake = r.int()
 		res.Events = r.events()
 		if r.err != nil {

@@ -880,7 +880,11 @@ type AdmitResponse struct {
 	// The chosen candidate's state.
 	State State `protobuf:"varint,9,opt,name=state,proto3,enum=cooldown.v1.State" json:"state,omitempty"`
 	// Per-candidate decisions, in request order, for the candidates examined.
-	Candidates    []*CandidateDecision `protobuf:"bytes,10,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	Candidates []*CandidateDecision `protobuf:"bytes,10,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// The server's clock (Redis TIME) at the decision: every timing rule
+	// was applied at this instant. Clients never need it to act; histories
+	// recorded for checking do.
+	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -981,6 +985,13 @@ func (x *AdmitResponse) GetState() State {
 func (x *AdmitResponse) GetCandidates() []*CandidateDecision {
 	if x != nil {
 		return x.Candidates
+	}
+	return nil
+}
+
+func (x *AdmitResponse) GetServerTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ServerTime
 	}
 	return nil
 }
@@ -1178,7 +1189,9 @@ type ReportResponse struct {
 	// Whether the report carried the current revision or a live lease.
 	Accepted bool `protobuf:"varint,3,opt,name=accepted,proto3" json:"accepted,omitempty"`
 	// Whether the report changed the state.
-	Changed       bool `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
+	Changed bool `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
+	// The server's clock (Redis TIME) when the report was applied.
+	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1239,6 +1252,13 @@ func (x *ReportResponse) GetChanged() bool {
 		return x.Changed
 	}
 	return false
+}
+
+func (x *ReportResponse) GetServerTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ServerTime
+	}
+	return nil
 }
 
 // ExtendLeaseRequest extends a probe lease.
@@ -1955,7 +1975,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\fAdmitRequest\x127\n" +
 	"\n" +
 	"candidates\x18\x01 \x03(\v2\x17.cooldown.v1.ConnectionR\n" +
-	"candidates\"\x8d\x04\n" +
+	"candidates\"\xca\x04\n" +
 	"\rAdmitResponse\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x12'\n" +
 	"\x0fcandidate_index\x18\x02 \x01(\rR\x0ecandidateIndex\x12\x1a\n" +
@@ -1972,7 +1992,9 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\n" +
 	" \x03(\v2\x1e.cooldown.v1.CandidateDecisionR\n" +
-	"candidates\"\x82\x02\n" +
+	"candidates\x12;\n" +
+	"\vserver_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"serverTime\"\x82\x02\n" +
 	"\x11CandidateDecision\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x128\n" +
 	"\vdeny_reason\x18\x02 \x01(\x0e2\x17.cooldown.v1.DenyReasonR\n" +
@@ -1994,12 +2016,14 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\vhttp_status\x18\x06 \x01(\rR\n" +
 	"httpStatus\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\a \x01(\tR\terrorCode\"\x8c\x01\n" +
+	"error_code\x18\a \x01(\tR\terrorCode\"\xc9\x01\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
 	"\baccepted\x18\x03 \x01(\bR\baccepted\x12\x18\n" +
-	"\achanged\x18\x04 \x01(\bR\achanged\"\x9b\x01\n" +
+	"\achanged\x18\x04 \x01(\bR\achanged\x12;\n" +
+	"\vserver_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"serverTime\"\x9b\x01\n" +
 	"\x12ExtendLeaseRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -2179,47 +2203,49 @@ var file_v1_cooldown_proto_depIdxs = []int32{
 	26, // 21: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 22: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
 	11, // 23: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	0,  // 24: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
-	1,  // 25: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	27, // 26: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
-	2,  // 27: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
-	6,  // 28: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
-	4,  // 29: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	27, // 30: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
-	2,  // 31: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	6,  // 32: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	27, // 33: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 34: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 35: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	8,  // 36: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	7,  // 37: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	7,  // 38: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	8,  // 39: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	7,  // 40: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 41: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	27, // 42: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	7,  // 43: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	9,  // 44: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	12, // 45: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	14, // 46: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	16, // 47: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	18, // 48: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	20, // 49: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	22, // 50: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	24, // 51: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	10, // 52: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	13, // 53: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	15, // 54: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	17, // 55: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	19, // 56: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	21, // 57: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	23, // 58: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	25, // 59: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	52, // [52:60] is the sub-list for method output_type
-	44, // [44:52] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	26, // 24: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	0,  // 25: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
+	1,  // 26: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
+	27, // 27: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	2,  // 28: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
+	6,  // 29: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
+	4,  // 30: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
+	27, // 31: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	2,  // 32: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
+	26, // 33: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	6,  // 34: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	27, // 35: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 36: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 37: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	8,  // 38: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	7,  // 39: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	7,  // 40: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	8,  // 41: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	7,  // 42: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 43: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	27, // 44: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	7,  // 45: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	9,  // 46: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	12, // 47: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	14, // 48: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	16, // 49: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	18, // 50: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	20, // 51: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	22, // 52: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	24, // 53: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	10, // 54: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	13, // 55: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	15, // 56: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	17, // 57: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	19, // 58: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	21, // 59: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	23, // 60: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	25, // 61: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	54, // [54:62] is the sub-list for method output_type
+	46, // [46:54] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
