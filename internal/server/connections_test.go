@@ -143,7 +143,9 @@ func TestGetConnectionHistory(t *testing.T) {
 	st := res.Msg.GetConnection()
 	assert.Equal(t, cooldownv1.State_STATE_CLOSED, st.GetState())
 	assert.Equal(t, cooldownv1.Cause_CAUSE_PROBE_SUCCESS, st.GetCause())
-	assert.EqualValues(t, 3, st.GetRevision())
+	// The first transition's revision is its time in ms; later ones add one.
+	r := uint64(t0.UnixMilli())
+	assert.Equal(t, r+2, st.GetRevision())
 	assert.Equal(t, "openai gpt-4o …a1b2", st.GetConnection().GetLabel())
 	assert.Equal(t, id, st.GetConnection().GetId())
 
@@ -154,9 +156,9 @@ func TestGetConnectionHistory(t *testing.T) {
 		at       time.Time
 	}
 	want := []step{ // newest first
-		{cooldownv1.State_STATE_HALF_OPEN, cooldownv1.State_STATE_CLOSED, cooldownv1.Cause_CAUSE_PROBE_SUCCESS, 3, t0.Add(5 * time.Second)},
-		{cooldownv1.State_STATE_OPEN, cooldownv1.State_STATE_HALF_OPEN, cooldownv1.Cause_CAUSE_OPEN_EXPIRED, 2, t0.Add(5 * time.Second)},
-		{cooldownv1.State_STATE_CLOSED, cooldownv1.State_STATE_OPEN, cooldownv1.Cause_CAUSE_RATE_LIMIT, 1, t0},
+		{cooldownv1.State_STATE_HALF_OPEN, cooldownv1.State_STATE_CLOSED, cooldownv1.Cause_CAUSE_PROBE_SUCCESS, r + 2, t0.Add(5 * time.Second)},
+		{cooldownv1.State_STATE_OPEN, cooldownv1.State_STATE_HALF_OPEN, cooldownv1.Cause_CAUSE_OPEN_EXPIRED, r + 1, t0.Add(5 * time.Second)},
+		{cooldownv1.State_STATE_CLOSED, cooldownv1.State_STATE_OPEN, cooldownv1.Cause_CAUSE_RATE_LIMIT, r, t0},
 	}
 	require.Len(t, res.Msg.GetHistory(), len(want))
 	for i, w := range want {
@@ -169,7 +171,7 @@ func TestGetConnectionHistory(t *testing.T) {
 	res, err = c.GetConnection(t.Context(), connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id, HistoryLimit: 1}))
 	require.NoError(t, err)
 	require.Len(t, res.Msg.GetHistory(), 1)
-	assert.EqualValues(t, 3, res.Msg.GetHistory()[0].GetRevision())
+	assert.Equal(t, r+2, res.Msg.GetHistory()[0].GetRevision())
 	res, err = c.GetConnection(t.Context(), connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id}))
 	require.NoError(t, err)
 	assert.Empty(t, res.Msg.GetHistory())
@@ -267,14 +269,15 @@ func TestResetConnection(t *testing.T) {
 			id := newID()
 			before := admit(t, c, id)
 			rateLimit(t, c, id, time.Hour)
-			require.Equal(t, cooldownv1.Decision_DECISION_DENY, admit(t, c, id).GetDecision())
+			denied := admit(t, c, id)
+			require.Equal(t, cooldownv1.Decision_DECISION_DENY, denied.GetDecision())
 
 			res, err := a.ResetConnection(t.Context(), connect.NewRequest(&cooldownv1.ResetConnectionRequest{Id: id, Reason: "key rotated"}))
 			require.NoError(t, err)
 			st := res.Msg.GetConnection()
 			assert.Equal(t, cooldownv1.State_STATE_CLOSED, st.GetState())
 			assert.Equal(t, cooldownv1.Cause_CAUSE_RESET, st.GetCause())
-			assert.EqualValues(t, 2, st.GetRevision())
+			assert.Equal(t, denied.GetRevision()+1, st.GetRevision())
 			assert.Nil(t, st.GetRetryAfter())
 
 			assert.Equal(t, cooldownv1.Decision_DECISION_ALLOW, admit(t, c, id).GetDecision())
