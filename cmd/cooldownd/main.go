@@ -73,6 +73,7 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 	if err != nil {
 		return err
 	}
+	go func() { _ = st.Run(ctx) }() // timed transitions are applied and published on time (one replica sweeps)
 	opts := server.Options{Store: st, Logger: log, BodyTimeout: cfg.readTimeout, RequestTimeout: cfg.requestTimeout, ReadinessTimeout: cfg.readyTimeout}
 	if authn != nil {
 		opts.Auth = authn
