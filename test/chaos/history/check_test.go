@@ -1,0 +1,197 @@
+package history
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+)
+
+// testPolicy is the chaos run's policy: deterministic opens (no jitter,
+// no failure-rate window), short durations.
+func testPolicy() breaker.Policy {
+	p := breaker.DefaultPolicy()
+	p.ConsecutiveFailures = 3
+	p.FailureRate = 0
+	p.OpenBase = 200 * time.Millisecond
+	p.OpenMax = 2 * time.Second
+	p.Jitter = 0
+	p.LeaseTTL = time.Second
+	return p
+}
+
+// simulate runs the model as a server would, sequentially, and records
+// what clients would see: a history that must pass every check.
+func simulate(seed uint64, n int) []Op {
+	p := testPolicy()
+	r := rand.New(rand.NewPCG(seed, 1))
+	var s breaker.State
+	now := int64(1_700_000_000_000)
+	type held struct {
+		rev uint64
+		tok string
+	}
+	var admitted []held
+	var ops []Op
+	for i := range n {
+		now += int64(r.IntN(120))
+		o := Op{Process: i % 4, Conn: "c0", Call: now - 1, Return: now + 1}
+		if len(admitted) == 0 || r.IntN(3) == 0 {
+			v, _ := s.Admit(p, now, fmt.Sprintf("n%d", i))
+			o.Kind = Admit
+			o.Res = Result{ServerTime: now, Decision: int(v.Decision), Reason: int(v.Reason), Revision: v.Revision}
+			switch v.Decision {
+			case breaker.Deny:
+				o.Res.RetryAfter, o.Res.AvailAt = v.RetryAfter, now+v.RetryAfter
+			case breaker.AllowProbe:
+				o.Res.LeaseToken, o.Res.LeaseExp = v.Lease.Token, v.Lease.Expires
+				admitted = append(admitted, held{v.Revision, v.Lease.Token})
+			default:
+				admitted = append(admitted, held{v.Revision, ""})
+			}
+		} else {
+			h := admitted[0]
+			admitted = admitted[1:]
+			out := []breaker.Outcome{breaker.OutcomeSuccess, breaker.OutcomeTransientFailure, breaker.OutcomeTransientFailure,
+				breaker.OutcomeRateLimited, breaker.OutcomeCanceled}[r.IntN(5)]
+			rep := breaker.Report{Revision: h.rev, LeaseToken: h.tok, Outcome: out}
+			if out == breaker.OutcomeRateLimited {
+				rep.RetryAfter = 300
+			}
+			res, _ := s.Report(p, now, rep, 0)
+			o.Kind, o.Revision, o.LeaseToken, o.Outcome, o.RetryAfter = Report, h.rev, h.tok, int(out), rep.RetryAfter
+			o.Res = Result{ServerTime: now, Accepted: res.Accepted, Changed: res.Changed, Revision: s.Revision, Phase: int(s.Phase)}
+		}
+		ops = append(ops, o)
+	}
+	return ops
+}
+
+func TestCleanHistoriesPass(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(20) {
+		ops := simulate(seed, 400)
+		assert.Empty(t, Check(ops, testPolicy()), "seed %d", seed)
+		for _, l := range CheckLinearizable(ops, testPolicy(), 10*time.Second) {
+			assert.Equal(t, porcupine.Ok, l.Result, "seed %d", seed)
+		}
+	}
+}
+
+// TestSeededFaultsAreCaught proves the checker can fail: each fault is a
+// server bug's mark on a history, planted in a correct one.
+func TestSeededFaultsAreCaught(t *testing.T) {
+	t.Parallel()
+	find := func(ops []Op, f func(Op) bool) int {
+		for i, o := range ops {
+			if f(o) {
+				return i
+			}
+		}
+		return -1
+	}
+	tests := []struct {
+		name     string
+		plant    func(ops []Op) bool // false: this history has no place for it
+		property string              // "" when only the linearizability check sees it
+	}{
+		{name: "a probe granted while another is in flight (lease TTL ignored)", property: "at most max_probes probes in flight",
+			plant: func(ops []Op) bool {
+				i := find(ops, func(o Op) bool { return o.Kind == Admit && o.Res.Reason == int(breaker.ReasonProbeInFlight) })
+				if i < 0 {
+					return false
+				}
+				o := &ops[i]
+				o.Res.Decision, o.Res.Reason, o.Res.RetryAfter, o.Res.AvailAt = int(breaker.AllowProbe), 0, 0, 0
+				o.Res.LeaseToken = breaker.LeaseToken(o.Res.Revision, 0, o.Res.ServerTime, "x")
+				o.Res.LeaseExp = o.Res.ServerTime + 1000
+				return true
+			}},
+		{name: "a stale report accepted (revision check skipped)", property: "no stale report accepted",
+			plant: func(ops []Op) bool {
+				i := find(ops, func(o Op) bool {
+					return o.Kind == Report && !o.Res.Accepted && o.LeaseToken == "" && o.Outcome != int(breaker.OutcomeCanceled)
+				})
+				if i < 0 {
+					return false
+				}
+				ops[i].Res.Accepted = true
+				return true
+			}},
+		{name: "a cooldown shortened", property: "no cooldown shortened",
+			plant: func(ops []Op) bool {
+				i := find(ops, func(o Op) bool { return o.Kind == Admit && o.Res.Reason == int(breaker.ReasonCooldown) })
+				if i < 0 {
+					return false
+				}
+				o := &ops[i]
+				o.Res.Decision, o.Res.Reason, o.Res.RetryAfter, o.Res.AvailAt = int(breaker.Allow), 0, 0, 0
+				return true
+			}},
+		{name: "a denial with no time left", property: "denials consistent with the state",
+			plant: func(ops []Op) bool {
+				i := find(ops, func(o Op) bool { return o.Kind == Admit && o.Res.Decision == int(breaker.Deny) })
+				if i < 0 {
+					return false
+				}
+				ops[i].Res.AvailAt -= ops[i].Res.RetryAfter
+				ops[i].Res.RetryAfter = 0
+				return true
+			}},
+		{name: "a failure that did not count", plant: func(ops []Op) bool {
+			i := find(ops, func(o Op) bool { return o.Kind == Report && o.Res.Changed && o.Res.Phase == int(breaker.Open) })
+			if i < 0 {
+				return false
+			}
+			ops[i].Res.Phase, ops[i].Res.Revision = int(breaker.Closed), ops[i].Res.Revision-1
+			return true
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			planted := 0
+			for seed := range uint64(40) {
+				ops := simulate(seed, 400)
+				if !tt.plant(ops) {
+					continue
+				}
+				planted++
+				if tt.property != "" {
+					vs := Check(ops, testPolicy())
+					require.NotEmpty(t, vs, "seed %d", seed)
+					assert.Equal(t, tt.property, vs[0].Property, "seed %d: %v", seed, vs)
+				}
+				ls := CheckLinearizable(ops, testPolicy(), 10*time.Second)
+				require.Len(t, ls, 1)
+				assert.Equal(t, porcupine.Illegal, ls[0].Result, "seed %d", seed)
+				assert.NotEmpty(t, ls[0].Partial, "the minimal failing history is shown")
+			}
+			assert.Positive(t, planted, "no history had a place for the fault")
+		})
+	}
+}
+
+// TestLostAnswers: an op whose answer was lost may have been applied or
+// not; both must be accepted, and checking resumes after a full read.
+func TestLostAnswers(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(10) {
+		ops := simulate(seed, 300)
+		for i := range ops {
+			if i%37 == 5 {
+				ops[i].Code, ops[i].Res = "lost", Result{}
+			}
+		}
+		for _, l := range CheckLinearizable(ops, testPolicy(), 10*time.Second) {
+			assert.Equal(t, porcupine.Ok, l.Result, "seed %d", seed)
+		}
+		assert.Empty(t, Check(ops, testPolicy()), "seed %d", seed)
+	}
+}

@@ -1,0 +1,161 @@
+// Package history records the RPCs of a chaos run and checks them: the
+// fleet-wide safety properties over the whole run, and each connection's
+// history for linearizability against the internal/breaker model with
+// github.com/anishathalye/porcupine.
+package history
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Kind is the RPC an Op records.
+type Kind string
+
+// The recorded RPCs.
+const (
+	Admit  Kind = "admit"
+	Report Kind = "report"
+	Extend Kind = "extend"
+	Get    Kind = "get"
+)
+
+// Op is one RPC as a client process saw it. Times are Unix milliseconds of
+// the machine clock, which the server's Redis TIME shares (one machine).
+type Op struct {
+	Process int    `json:"p"`
+	Kind    Kind   `json:"k"`
+	Conn    string `json:"c"` // connection id, hex
+	Call    int64  `json:"call"`
+	Return  int64  `json:"ret"`
+
+	// Request.
+	Revision   uint64 `json:"rev,omitempty"`
+	LeaseToken string `json:"tok,omitempty"`
+	Outcome    int    `json:"out,omitempty"`
+	RetryAfter int64  `json:"ra,omitempty"` // ms
+	TTL        int64  `json:"ttl,omitempty"` // ms, extend
+
+	// Answer. Code is "" on success, a Connect code name on an error, and
+	// "lost" when no answer arrived (the op may or may not have happened).
+	Code string `json:"code,omitempty"`
+	Res  Result `json:"res"`
+}
+
+// Result is what the server answered.
+type Result struct {
+	ServerTime int64  `json:"now,omitempty"` // ms; Admit, Report, and Extend (derived)
+	Decision   int    `json:"dec,omitempty"`
+	Reason     int    `json:"why,omitempty"`
+	RetryAfter int64  `json:"ra,omitempty"` // ms
+	AvailAt    int64  `json:"avail,omitempty"`
+	Revision   uint64 `json:"rev,omitempty"`
+	Phase      int    `json:"ph,omitempty"`
+	LeaseToken string `json:"tok,omitempty"`
+	LeaseExp   int64  `json:"lexp,omitempty"`
+	Accepted   bool   `json:"acc,omitempty"`
+	Changed    bool   `json:"chg,omitempty"`
+	// Get only: the stored state.
+	Cause       int   `json:"cause,omitempty"`
+	OpenUntil   int64 `json:"until,omitempty"`
+	Reopens     int   `json:"reopens,omitempty"`
+	Consecutive int   `json:"cf,omitempty"`
+	Probes      int   `json:"probes,omitempty"`
+	Override    int   `json:"ov,omitempty"`
+}
+
+// Lost reports whether no answer arrived.
+func (o Op) Lost() bool { return o.Code == "lost" }
+
+// OK reports whether the server answered without an error.
+func (o Op) OK() bool { return o.Code == "" }
+
+func (o Op) String() string {
+	b, _ := json.Marshal(o)
+	return string(b)
+}
+
+// Writer appends ops to a JSON-lines file. It is not safe for concurrent
+// use; the worker serialises writes.
+type Writer struct {
+	w *bufio.Writer
+	f *os.File
+}
+
+// Create opens path for writing.
+func Create(path string) (*Writer, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{w: bufio.NewWriterSize(f, 64<<10), f: f}, nil
+}
+
+// Write appends one op.
+func (w *Writer) Write(o Op) error {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	_, err = w.w.Write(b)
+	return err
+}
+
+// Flush writes what is buffered to the file.
+func (w *Writer) Flush() error { return w.w.Flush() }
+
+// Close flushes and closes the file.
+func (w *Writer) Close() error {
+	err := w.w.Flush()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Read reads every *.jsonl file of dir. A process killed mid-write leaves
+// a truncated last line: it is skipped.
+func Read(dir string) ([]Op, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(files)
+	var ops []Op
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		ops, err = readOps(f, ops)
+		_ = f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return ops, nil
+}
+
+func readOps(r io.Reader, ops []Op) ([]Op, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var o Op
+		if json.Unmarshal([]byte(line), &o) != nil {
+			continue // the truncated last line of a killed process
+		}
+		ops = append(ops, o)
+	}
+	return ops, sc.Err()
+}
