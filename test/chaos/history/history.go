@@ -39,7 +39,7 @@ type Op struct {
 	Revision   uint64 `json:"rev,omitempty"`
 	LeaseToken string `json:"tok,omitempty"`
 	Outcome    int    `json:"out,omitempty"`
-	RetryAfter int64  `json:"ra,omitempty"` // ms
+	RetryAfter int64  `json:"ra,omitempty"`  // ms
 	TTL        int64  `json:"ttl,omitempty"` // ms, extend
 
 	// Answer. Code is "" on success, a Connect code name on an error, and
