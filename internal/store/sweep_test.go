@@ -206,3 +206,30 @@ func TestSweepForgetsExpiredConnections(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, n)
 }
+
+// TestReadsShowARecordedRevision: with no sweep and no Admit, a reader
+// that finds an open ended shows the half-open with a revision that is in
+// the history and a changedAt at the open's end, the same at every read.
+func TestReadsShowARecordedRevision(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Real(t)
+	clock := newTestClock()
+	st, err := store.New(rdb, store.Options{Clock: clock.Now})
+	require.NoError(t, err)
+	ctx := context.Background()
+	c := store.Conn{Tenant: "t", ID: testID(3)}
+	end := clock.Now().Add(time.Second).UnixMilli()
+	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 1000})
+	require.NoError(t, err)
+	for range 3 {
+		clock.advance(700 * time.Millisecond)
+		snap, hist, err := st.Get(ctx, "t", c.ID, 10)
+		require.NoError(t, err)
+		if snap.State.Phase == breaker.Open {
+			continue
+		}
+		require.NotEmpty(t, hist)
+		assert.Equal(t, hist[0].Revision, snap.State.Revision, "the revision shown is in the history")
+		assert.Equal(t, end, snap.State.ChangedAt, "changedAt is the open's end, whenever it is read")
+	}
+}
