@@ -1,6 +1,7 @@
 package server
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"unicode"
@@ -25,6 +26,20 @@ var humanLabels = []struct {
 	{"exactly 64 bytes", strings.Repeat("a", 64)},
 	{"short hex suffix", "openai key …9f3c"},
 	{"dated model", "gpt-4o-2024-08-06"},
+	{"hugging face model id", "together meta-llama/Meta-Llama-3.1-70B-Instruct"},
+	{"qwen", "hf Qwen/Qwen2.5-72B-Instruct"},
+	{"bedrock inference profile", "bedrock us.anthropic.claude-3-5-sonnet-20241022-v2:0"},
+	{"dated claude", "claude-3-5-sonnet-20241022"},
+	{"vertex asia region", "vertex asia-northeast1 gemini-1.5-flash"},
+	{"word ending in sk", "risk-scoring gpt-4o"},
+	{"task runner", "task-runner openai"},
+	{"azure region and deployment", "azure eastus2 gpt-4o-mini prod"},
+	{"openrouter", "openrouter openai/gpt-4o"},
+	{"groq", "groq llama-3.1-8b-instant"},
+	{"realtime preview", "gpt-4o-realtime-preview-2024-12-17"},
+	{"embedding", "text-embedding-3-large"},
+	{"key suffix with colon", "prod key: …9f3c"},
+	{"camel case deployment", "azure MyCompanyGpt4oDeployment"},
 }
 
 var secretLabels = []struct {
@@ -57,6 +72,93 @@ var secretLabels = []struct {
 	{"invalid utf-8", "openai \xff"},
 }
 
+// keyShapes are credentials in the shapes the major providers and clouds
+// issue (fake values of the real length and alphabet). Labels are capped at
+// 64 bytes, so each is screened whole by looksSecret and, cut to 64 bytes,
+// after a provider word by checkLabel: the screen itself must catch them,
+// not the length cap.
+var keyShapes = []struct {
+	name string
+	key  string
+}{
+	{"openai legacy", "sk-Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7cDe0fGh3iJk6l"},
+	{"openai project", "sk-proj-" + strings.Repeat("Xq3_Lm-N8pR2sT5vW9yZ1bC4dF", 6)},
+	{"openai service account", "sk-svcacct-" + strings.Repeat("aB3dE6gH9jK2mN5p", 8)},
+	{"openai admin", "sk-admin-" + strings.Repeat("Qw3rTy7uI0pA", 10)},
+	{"anthropic", "sk-ant-api03-" + strings.Repeat("Ab3-dE6_gH9jK2mN5pQ8", 5) + "AA"},
+	{"anthropic admin", "sk-ant-admin01-" + strings.Repeat("Zx9cV8bN7m", 9) + "AA"},
+	{"google api key", "AIzaSyA1b2C3d4E5f6G7h8I9j0KlMnOpQrStUvW"},
+	{"google oauth access token", "ya29.a0AfH6SMBx3kLm9nPq2rSt5uVw8xYz1AbC4dEf7GhI0jKl"},
+	{"google oauth client secret", "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"},
+	{"aws access key id", "AKIAIOSFODNN7EXAMPLE"},
+	{"aws temporary key id", "ASIAY34FZKBOKMUTVV7A"},
+	{"aws secret access key", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"},
+	{"aws secret with plus", "k7Hq+2mZ9xW4/pL8vN3cR6tY1bF5jD0sG+aE2uIo"},
+	{"aws session token", "FwoGZXIvYXdzEJr//////////wEaDM3k+Lq9Xp2Rt5Vw8yZ1AbC4dEf7GhI0jKlMnOp"},
+	{"github classic", "ghp_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"},
+	{"github oauth", "gho_16C7e42F292c6912E7710c838347Ae178B4a"},
+	{"github fine-grained", "github_pat_11ABCDEFG0123456789_abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUV"},
+	{"gitlab", "glpat-xY3zA6bC9dE2fG5hJ8kL"},
+	{"slack bot", "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx"},
+	{"slack user", "xoxp-123456789012-123456789012-123456789012-0123456789abcdef0123456789abcdef"},
+	{"slack app", "xapp-1-A0123456789-1234567890123-0123456789abcdef0123456789abcdef"},
+	{"slack webhook", "https://hooks.slack.com/services/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"},
+	{"stripe secret", "sk_live_51HqLmN8pR2sT5vW9yZ1bC4dF7gJ0kM3nP6qS9tV2wY5zA8cE1fH4jK7"},
+	{"stripe restricted", "rk_live_51HqLmN8pR2sT5vW9yZ1bC4dF"},
+	{"stripe webhook", "whsec_xY3zA6bC9dE2fG5hJ8kLmN1pQ4rS7tV0"},
+	{"azure openai key", "4f8a2c9e1b7d4e6fa3c5b8d0e2f41a6c"},
+	{"azure openai key 84", "7Xq3LmN8pR2sT5vW9yZ1bC4dF7gJ0kM3nP6qS9tV2wY5zA8cE1fH4jK7JQQJ99BAACYeBjFXJ3w3AAABACOGa1b2"},
+	{"azure storage account key", "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="},
+	{"azure storage connection string", "AccountName=acct;AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSR=="},
+	{"azure sas", "sv=2021-08-06&ss=b&srt=sco&sp=rwdlac&sig=abc%2Bdef%3D"},
+	{"azure ad client secret", "abc8Q~dEfGhIjKlMnOpQrStUvWxYz0123456789_-"},
+	{"jwt", "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVP"},
+	{"bearer", "Authorization: Bearer abc"},
+	{"url userinfo", "https://admin:hunter2@api.example.com/v1"},
+	{"user and password at host", "admin:hunter2@cache.internal"},
+	{"hugging face", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz01234567"},
+	{"groq", "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"},
+	{"mistral", "Zq3xT9vLm2Pa8RkW4nYc7HbJ5dFs1GeU"},
+	{"cohere", "aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6kL9m"},
+	{"together", "4f8a2c9e1b7d4e6fa3c5b8d0e2f41a6c7d9e1f3a5b7c9d1e3f5a7b9c1d3e5f7a"},
+	{"deepseek", "sk-4f8a2c9e1b7d4e6fa3c5b8d0e2f41a6c"},
+	{"openrouter", "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"},
+	{"xai", "xai-" + strings.Repeat("aB3dE6gH9jK2mN5pQ8sT", 4)},
+	{"replicate", "r8_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6k"},
+	{"perplexity", "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"},
+	{"fireworks", "fw_3ZbQ8sT1vW4yZ7bC0eF3hJ6k"},
+	{"cerebras", "csk-aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6kL9m"},
+	{"pinecone", "pcsk_2Ab3dE_6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6kL9mN2pQ5sT8vW1yZ4"},
+	{"digitalocean", "dop_v1_4f8a2c9e1b7d4e6fa3c5b8d0e2f41a6c7d9e1f3a5b7c9d1e3f5a7b9c1d3e5f7a"},
+	{"sendgrid", "SG.aB3dE6gH9jK2mN5pQ8sT1v.W4yZ7bC0eF3hJ6kL9mN2pQ5sT8vW1yZ4aB3dE6gH9j"},
+	{"twilio api key", "SK4f8a2c9e1b7d4e6fa3c5b8d0e2f41a6c"},
+	{"databricks", "dapi4f8a2c9e1b7d4e6fa3c5b8d0e2f41a6c"},
+	{"npm", "npm_aB3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6"},
+	{"pem private key", "-----BEGIN RSA PRIVATE KEY-----"},
+}
+
+// TestKeyShapes: every provider's and cloud's key shape is refused, whole
+// and as the tail of a label, in one piece or split on '/'.
+func TestKeyShapes(t *testing.T) {
+	t.Parallel()
+	for _, tt := range keyShapes {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			assert.True(t, looksSecret(tt.key), "whole key")
+			label := "openai " + tt.key
+			if len(label) > MaxLabelLen {
+				label = label[:MaxLabelLen]
+			}
+			assert.ErrorIs(t, checkLabel(label), errSecretLabel, "label %q", label)
+			if len(tt.key) >= 40 {
+				// What a caller might paste: an id/… path with the key last.
+				path := "proj/" + tt.key
+				assert.ErrorIs(t, checkLabel(path[:min(len(path), MaxLabelLen)]), errSecretLabel)
+			}
+		})
+	}
+}
+
 func TestCheckLabel(t *testing.T) {
 	t.Parallel()
 	for _, tt := range humanLabels {
@@ -78,6 +180,12 @@ func TestCheckLabel(t *testing.T) {
 	}
 }
 
+// Independent statements of two rules, for the fuzz target.
+var (
+	skAtWordStart = regexp.MustCompile(`(^|[^a-z0-9])sk-`)
+	akia          = regexp.MustCompile(`(^|[^A-Za-z0-9])AKIA[A-Z0-9]{16}`)
+)
+
 // FuzzCheckLabel checks that checkLabel never panics and that whatever it
 // accepts is short, printable text with none of the secret markers.
 func FuzzCheckLabel(f *testing.F) {
@@ -86,6 +194,9 @@ func FuzzCheckLabel(f *testing.F) {
 	}
 	for _, tt := range secretLabels {
 		f.Add(tt.label)
+	}
+	for _, tt := range keyShapes {
+		f.Add(tt.key[:min(len(tt.key), MaxLabelLen)])
 	}
 	f.Fuzz(func(t *testing.T, label string) {
 		if checkLabel(label) != nil {
@@ -103,10 +214,14 @@ func FuzzCheckLabel(f *testing.F) {
 			}
 		}
 		low := strings.ToLower(label)
-		for _, marker := range []string{"sk-", "bearer "} {
-			if strings.Contains(low, marker) {
-				t.Fatalf("accepted %q, which contains %q", label, marker)
-			}
+		if strings.Contains(low, "bearer ") {
+			t.Fatalf("accepted %q, which contains a bearer token", label)
+		}
+		if skAtWordStart.MatchString(low) {
+			t.Fatalf("accepted %q, which holds an sk- key", label)
+		}
+		if strings.Contains(label, "AKIA") && akia.MatchString(label) {
+			t.Fatalf("accepted %q, which holds an AWS access key id", label)
 		}
 		if strings.Contains(label, "://") && strings.Contains(label, "@") {
 			t.Fatalf("accepted URL credentials in %q", label)
