@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/assert"
@@ -91,7 +92,9 @@ func TestHTTP1OnlyRefusalIsNotAnOutage(t *testing.T) {
 			t.Parallel()
 			url := h1OnlyServer(t, reset)
 			for range 20 {
-				c := newClient(t, url, WithToken("t0ken"))
+				// A generous timeout: under load the discovery round trips may take a
+				// while, and a call past the timeout is rightly decided in-process.
+				c := newClient(t, url, WithToken("t0ken"), WithAdmitTimeout(10*time.Second))
 				_, err := c.Admit(t.Context(), NewConn(ID{1}, "x"))
 				require.ErrorIs(t, err, ErrRejected)
 				assert.Equal(t, connect.CodeUnauthenticated, connect.CodeOf(err))
