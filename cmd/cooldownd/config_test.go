@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -15,7 +16,7 @@ import (
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
-// envOf returns a getenv over a fixed map, so the tests never read the real
+// envOf returns an environment of a fixed map, so the tests never read the real
 // environment.
 func envOf(kv map[string]string) environ {
 	var e environ
@@ -110,8 +111,16 @@ func TestParseConfigErrors(t *testing.T) {
 		env   map[string]string
 		names []string // what the error must name
 	}{
-		{"bad duration env", nil, map[string]string{"COOLDOWND_OPEN_BASE": "soon"}, []string{"COOLDOWND_OPEN_BASE"}},
-		{"bad int env", nil, map[string]string{"COOLDOWND_MAX_PROBES": "many"}, []string{"COOLDOWND_MAX_PROBES"}},
+		{"bad duration env", nil, map[string]string{"COOLDOWND_OPEN_BASE": "soon"}, []string{"COOLDOWND_OPEN_BASE", `"soon"`, "a duration such as"}},
+		{"bad int env", nil, map[string]string{"COOLDOWND_MAX_PROBES": "many"}, []string{"COOLDOWND_MAX_PROBES", `"many"`, "an integer"}},
+		{"bad float env", nil, map[string]string{"COOLDOWND_JITTER": "lots"}, []string{"COOLDOWND_JITTER", `"lots"`, "a number"}},
+		{"bad bool env", nil, map[string]string{"COOLDOWND_REDIS_TLS": "maybe"}, []string{"COOLDOWND_REDIS_TLS", `"maybe"`, "true or false"}},
+		{"empty redis addrs", []string{"--redis-mode", "single", "--redis-addrs", ","}, nil, []string{"--redis-addrs", "names no address"}},
+		{"blank redis addrs", []string{"--redis-mode", "cluster", "--redis-addrs", " , "}, nil, []string{"--redis-addrs", "names no address"}},
+		{"redis addr without port", []string{"--redis-mode", "sentinel", "--redis-master-name", "m", "--redis-addrs", "s1,s2:26379"}, nil, []string{"--redis-addrs", `"s1"`, "host:port"}},
+		{"two single addrs", []string{"--redis-mode", "single", "--redis-addrs", "a:1,b:2"}, nil, []string{"--redis-mode single takes one address"}},
+		{"redis timeout", []string{"--redis-timeout", "0s"}, nil, []string{"--redis-timeout"}},
+		{"read timeout", []string{"--read-timeout", "0s"}, nil, []string{"--read-timeout"}},
 		{"invalid env value", nil, map[string]string{"COOLDOWND_MAX_PROBES": "0"}, []string{"--max-probes", "got 0"}},
 		{"bad duration flag", []string{"--lease-ttl", "forever"}, nil, []string{"lease-ttl", "forever"}},
 		{"jitter 1", []string{"--jitter", "1"}, nil, []string{"--jitter", "[0, 1)"}},
@@ -196,4 +205,57 @@ func TestHelpDefaultsNotFromEnv(t *testing.T) {
 	_, err := parseConfig([]string{"--help"}, envOf(map[string]string{"COOLDOWND_REDIS_URL": "redis://:s3cret@r:6379"}), &stderr)
 	require.True(t, errors.Is(err, flag.ErrHelp))
 	assert.NotContains(t, stderr.String(), "s3cret")
+}
+
+// TestUnknownEnvironment: a COOLDOWND_* variable that sets nothing (a typo,
+// or a setting of another version) is reported; the ones cooldownd reads
+// and those Kubernetes injects for a Service named cooldownd are not.
+func TestUnknownEnvironment(t *testing.T) {
+	t.Parallel()
+	c, err := parseConfig(nil, environ{
+		"COOLDOWND_IDEL_TTL=1h", "COOLDOWND_IDLE_TTL=2h", "COOLDOWND_REDIS_PASSWORD=x", "COOLDOWND_TOKEN=y",
+		"COOLDOWND_PORT=tcp://10.0.0.1:8080", "COOLDOWND_PORT_8080_TCP_ADDR=10.0.0.1", "COOLDOWND_SERVICE_HOST=10.0.0.1",
+		"COOLDOWND_SERVICE_PORT_HTTP=8080", "COOLDOWND_REDIS_SERVICE_HOST=10.0.0.2", "COOLDOWND_LOG_LEVLE=debug", "HOME=/root",
+	}, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"COOLDOWND_IDEL_TTL", "COOLDOWND_LOG_LEVLE"}, c.unknownEnv)
+	assert.Equal(t, 2*time.Hour, c.idleTTL)
+}
+
+func TestRunReportsUnknownEnvironment(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--addr", "127.0.0.1:0"}, environ{"COOLDOWND_OPEN_BAS=1s"}, logs, ready)
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	cancel()
+	require.NoError(t, <-done)
+	assert.Contains(t, logs.String(), "unknown environment variable")
+	assert.Contains(t, logs.String(), "COOLDOWND_OPEN_BAS")
+}
+
+// TestParseEnvNeverPanics: no value of any variable makes parseConfig
+// panic.
+func TestParseEnvNeverPanics(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"COOLDOWND_REDIS_ADDRS", "COOLDOWND_REDIS_MODE", "COOLDOWND_REDIS_URL", "COOLDOWND_REDIS_MASTER_NAME"} {
+		for _, v := range []string{",", " ", ",,", ":", "::", "single", "sentinel", "cluster", "redis://"} {
+			env := environ{name + "=" + v, "COOLDOWND_REDIS_MODE=single"}
+			assert.NotPanics(t, func() {
+				if c, err := parseConfig(nil, env, io.Discard); err == nil && !c.redis.embedded() {
+					if rdb, _, err := c.redis.client(env.get); err == nil {
+						_ = rdb.Close()
+					}
+				}
+			}, "%s=%q", name, v)
+		}
+	}
 }

@@ -147,5 +147,9 @@ func loadPolicies(path string, base breaker.Policy) (*policy.Resolver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read --policy-file: %w", err)
 	}
-	return policy.Parse(data, base)
+	r, err := policy.Parse(data, base)
+	if err != nil {
+		return nil, fmt.Errorf("--policy-file %s: %w", path, err)
+	}
+	return r, nil
 }

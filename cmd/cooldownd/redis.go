@@ -130,6 +130,8 @@ func (r redisConfig) client(getenv func(string) string) (redis.UniversalClient, 
 			Addrs: addrs, Username: r.username, Password: password, TLSConfig: tlsConf,
 			ContextTimeoutEnabled: true,
 		}), "cluster via " + r.addrs, nil
+	case len(addrs) == 0:
+		return nil, "", errors.New("no Redis address: set --redis-url or --redis-addrs")
 	default:
 		return redis.NewClient(&redis.Options{Addr: addrs[0], Username: r.username, Password: password, DB: r.db, TLSConfig: tlsConf,
 			ContextTimeoutEnabled: true}), "single " + addrs[0], nil

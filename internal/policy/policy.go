@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -147,7 +148,7 @@ func Parse(data []byte, base breaker.Policy) (*Resolver, error) {
 	}
 	r := &Resolver{base: f.Default.apply(base), tenants: map[string]tenantPolicy{}}
 	if err := r.base.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: default: %w", ErrInvalid, err)
+		return nil, invalid("default", err)
 	}
 	for name, sec := range f.Tenants {
 		if err := keys.ValidateTenant(name); err != nil {
@@ -155,7 +156,7 @@ func Parse(data []byte, base breaker.Policy) (*Resolver, error) {
 		}
 		tp := tenantPolicy{policy: sec.apply(r.base)}
 		if err := tp.policy.Validate(); err != nil {
-			return nil, fmt.Errorf("%w: tenants.%s: %w", ErrInvalid, name, err)
+			return nil, invalid("tenants."+name, err)
 		}
 		for i, lr := range sec.Labels {
 			where := fmt.Sprintf("tenants.%s.labels[%d]", name, i)
@@ -170,7 +171,7 @@ func Parse(data []byte, base breaker.Policy) (*Resolver, error) {
 			}
 			p := lr.apply(tp.policy)
 			if err := p.Validate(); err != nil {
-				return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, where, err)
+				return nil, invalid(where, err)
 			}
 			tp.labels = append(tp.labels, rule{match: lr.Match, policy: p})
 		}
@@ -178,6 +179,28 @@ func Parse(data []byte, base breaker.Policy) (*Resolver, error) {
 	}
 	return r, nil
 }
+
+// fileKeys maps the field names in breaker.Policy.Validate's errors to the
+// file's own keys where they differ.
+var fileKeys = strings.NewReplacer(
+	breaker.ErrInvalidPolicy.Error()+": ", "",
+	"rate_limit_default", "rate_limit_cooldown",
+)
+
+// invalid wraps a policy validation error of section where, naming the
+// file's keys (rate_limit_cooldown, not the Go field's name).
+func invalid(where string, err error) error {
+	return &fileError{msg: fmt.Sprintf("%v: %s: %s", ErrInvalid, where, fileKeys.Replace(err.Error())), err: err}
+}
+
+// fileError keeps both ErrInvalid and the validation error in the chain.
+type fileError struct {
+	msg string
+	err error
+}
+
+func (e *fileError) Error() string   { return e.msg }
+func (e *fileError) Unwrap() []error { return []error{ErrInvalid, e.err} }
 
 // For returns the policy of a tenant's connection with this label: the
 // first matching label rule of the tenant, else the tenant's, else the

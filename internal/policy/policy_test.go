@@ -1,6 +1,8 @@
 package policy_test
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,13 +68,13 @@ func TestParseRejects(t *testing.T) {
 	tests := []struct{ name, doc, want string }{
 		{"unknown knob", "default: {open_maximum: 1m}", "open_maximum"},
 		{"bad duration", "default: {open_max: soon}", "not a duration"},
-		{"invalid resolved policy", "default: {jitter: 1.5}", "default: breaker: invalid policy: jitter"},
+		{"invalid resolved policy", "default: {jitter: 1.5}", "default: jitter must be in [0, 1)"},
 		{"bad tenant", "tenants: {Team_A: {jitter: 0}}", "tenants.Team_A"},
-		{"invalid tenant policy", "tenants: {a: {max_probes: 0}}", "tenants.a: breaker: invalid policy: max_probes"},
+		{"invalid tenant policy", "tenants: {a: {max_probes: 0}}", "tenants.a: max_probes must be"},
 		{"max_probes per label", "tenants: {a: {labels: [{match: '*', max_probes: 2}]}}", "max_probes can be set per tenant, not per label"},
 		{"missing match", "tenants: {a: {labels: [{jitter: 0}]}}", "match is required"},
 		{"bad pattern", "tenants: {a: {labels: [{match: '[', jitter: 0}]}}", "not a valid pattern"},
-		{"invalid label policy", "tenants: {a: {labels: [{match: '*', open_base: -1s}]}}", "tenants.a.labels[0]: breaker: invalid policy: open_base"},
+		{"invalid label policy", "tenants: {a: {labels: [{match: '*', open_base: -1s}]}}", "tenants.a.labels[0]: open_base must not be negative"},
 		{"syntax", "default: [", "invalid policy file"},
 	}
 	for _, tt := range tests {
@@ -82,6 +84,40 @@ func TestParseRejects(t *testing.T) {
 			require.ErrorIs(t, err, policy.ErrInvalid)
 			assert.Contains(t, err.Error(), tt.want)
 		})
+	}
+}
+
+// TestErrorsNameTheFileKeys: every knob's validation error names the key an
+// operator wrote, in the section it is in.
+func TestErrorsNameTheFileKeys(t *testing.T) {
+	t.Parallel()
+	bad := map[string]string{ // a value each knob rejects
+		"consecutive_failures": "-1", "failure_rate": "1.5", "min_calls": "0", "window": "11m",
+		"open_base": "0s", "open_max": "-1s", "jitter": "1", "rate_limit_cooldown": "-1s",
+		"overload_floor": "-1s", "quota_block": "1500us", "auth_block": "-2s", "max_probes": "0", "lease_ttl": "-1s",
+	}
+	keys := reflect.TypeFor[policy.Overrides]()
+	require.Equal(t, keys.NumField(), len(bad), "a bad value for every knob")
+	for i := range keys.NumField() {
+		key := keys.Field(i).Tag.Get("yaml")
+		for _, where := range []string{"default", "tenants.a", "tenants.a.labels[0]"} {
+			if key == "max_probes" && strings.HasSuffix(where, "]") {
+				continue // not settable per label
+			}
+			t.Run(key+"/"+where, func(t *testing.T) {
+				t.Parallel()
+				doc := map[string]string{
+					"default":             "default: {" + key + ": " + bad[key] + "}",
+					"tenants.a":           "tenants: {a: {" + key + ": " + bad[key] + "}}",
+					"tenants.a.labels[0]": "tenants: {a: {labels: [{match: '*', " + key + ": " + bad[key] + "}]}}",
+				}[where]
+				_, err := policy.Parse([]byte(doc), breaker.DefaultPolicy())
+				require.ErrorIs(t, err, policy.ErrInvalid)
+				assert.ErrorIs(t, err, breaker.ErrInvalidPolicy)
+				assert.Contains(t, err.Error(), where+": "+key, "names the file's key")
+				assert.NotContains(t, err.Error(), "rate_limit_default", "never the Go field's name")
+			})
+		}
 	}
 }
 
