@@ -5,11 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,81 +19,6 @@ import (
 	"github.com/cooldownd/cooldownd/internal/redistest"
 )
 
-// blackhole is a TCP proxy on loopback in front of a real Redis. Once
-// swallow is on it keeps every connection open and reads what it is sent,
-// but never forwards or answers anything: a Redis behind a dead link or a
-// stuck network path, the worst case for deadlines.
-type blackhole struct {
-	ln      net.Listener
-	target  string
-	swallow atomic.Bool
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	conns   []net.Conn
-}
-
-func startBlackhole(t *testing.T, target string) *blackhole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	b := &blackhole{ln: ln, target: target}
-	b.wg.Add(1)
-	go b.accept()
-	t.Cleanup(b.close)
-	return b
-}
-
-func (b *blackhole) addr() string { return b.ln.Addr().String() }
-
-func (b *blackhole) accept() {
-	defer b.wg.Done()
-	for {
-		c, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", b.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		b.mu.Lock()
-		b.conns = append(b.conns, c, up)
-		b.mu.Unlock()
-		b.wg.Add(2)
-		go b.pipe(up, c)
-		go b.pipe(c, up)
-	}
-}
-
-// pipe copies src to dst until either closes, dropping everything while
-// the proxy swallows.
-func (b *blackhole) pipe(dst, src net.Conn) {
-	defer b.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !b.swallow.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (b *blackhole) close() {
-	_ = b.ln.Close()
-	b.mu.Lock()
-	for _, c := range b.conns {
-		_ = c.Close()
-	}
-	b.mu.Unlock()
-	b.wg.Wait()
-}
-
 // TestDeadlinesHoldWhenRedisIsBlackholed: with Redis answering nothing, an
 // Admit sent with a 250 ms deadline answers within it, one without a
 // deadline answers unavailable after the store timeout, and readiness
@@ -104,8 +26,8 @@ func (b *blackhole) close() {
 func TestDeadlinesHoldWhenRedisIsBlackholed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
-	bh := startBlackhole(t, srv.Addr)
-	in := start(t, "--addr", "127.0.0.1:0", "--redis-url", "redis://"+bh.addr(), "--readiness-timeout", "300ms")
+	bh := redistest.StartProxy(t, srv.Addr) // blackholes Redis on Swallow
+	in := start(t, "--addr", "127.0.0.1:0", "--redis-url", "redis://"+bh.Addr(), "--readiness-timeout", "300ms")
 	c := cooldownv1connect.NewCooldownServiceClient(h2c(), in.url())
 	req := func() *connect.Request[cooldownv1.AdmitRequest] {
 		return connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: newID(7)}}})
@@ -121,7 +43,7 @@ func TestDeadlinesHoldWhenRedisIsBlackholed(t *testing.T) {
 	}
 	require.NoError(t, err, "Redis answers through the proxy")
 
-	bh.swallow.Store(true)
+	bh.Swallow(true)
 
 	// bound is far above what each call should take (250 ms, 200 ms,
 	// 300 ms) and far below what it took before (5 s and more).
@@ -165,7 +87,8 @@ func TestDeadlinesHoldWhenRedisIsBlackholed(t *testing.T) {
 	t.Logf("/healthz with --readiness-timeout 300ms, Redis blackholed: %s", took)
 
 	// And once the path answers again, so does cooldownd.
-	bh.swallow.Store(false)
+	bh.Swallow(false)
+	bh.Reset()
 	var lastErr error
 	for range 100 {
 		if _, lastErr = c.Admit(t.Context(), req()); lastErr == nil {

@@ -114,8 +114,10 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	l := c.layout()
 	res := ReportResult{}
 	var wake int64
+	sc, release := s.durableConn(ctx, l) // s.rdb unless Options.Durability
+	defer release()
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
-		r := newReply(scriptReport.Run(ctx, s.rdb, connKeys(l), s.args(p, l,
+		r := newReply(scriptReport.Run(ctx, sc, connKeys(l), s.args(p, l,
 			rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
 			registeredAt, registerGrace.Milliseconds())...).Result())
 		// REPORT_REPLY in report.lua.
@@ -133,6 +135,9 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		}
 		return status, nil
 	})
+	if err == nil {
+		err = s.awaitReplicas(ctx, sc, res.Events)
+	}
 	if err != nil {
 		return ReportResult{}, err
 	}

@@ -52,6 +52,9 @@ type Options struct {
 	// [DefaultSweepLockTTL], 5 s): how long the replicas wait to take over
 	// from a sweeper that died. It must exceed SweepInterval.
 	SweepLockTTL time.Duration
+	// Durability makes reports that open a connection wait for replicas
+	// (zero: asynchronous replication; see durable.go).
+	Durability Durability
 	// Clock, for tests only, replaces Redis TIME as the scripts' clock.
 	Clock func() time.Time
 	// Nonce, for tests only, replaces the random lease-token nonce.
@@ -74,8 +77,9 @@ type Store struct {
 	maxConns  int
 	// sweepEvery and sweepTTL drive Run (see Options).
 	sweepEvery, sweepTTL time.Duration
-	argCache             sync.Map // breaker.Policy → []any, see policyArgs
-	hub                  hub      // shared watch subscriptions, one per tenant
+	durable              Durability // see durable.go
+	argCache             sync.Map   // breaker.Policy → []any, see policyArgs
+	hub                  hub        // shared watch subscriptions, one per tenant
 }
 
 // New returns a Store on rdb (a single, Sentinel-failover or Cluster
@@ -83,7 +87,7 @@ type Store struct {
 func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 	s := &Store{rdb: rdb, locks: redislock.New(rdb), policy: breaker.DefaultPolicy(), policyFor: o.PolicyFor,
 		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter, maxConns: o.MaxConnsPerTenant,
-		sweepEvery: o.SweepInterval, sweepTTL: o.SweepLockTTL}
+		sweepEvery: o.SweepInterval, sweepTTL: o.SweepLockTTL, durable: o.Durability}
 	if o.Policy != nil {
 		s.policy = *o.Policy
 	}
