@@ -4,8 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +35,7 @@ func fastPolicy() breaker.Policy {
 
 // world drives the store and the model with the same operations.
 type world struct {
-	t      *testing.T
+	t      require.TestingT
 	rng    *rand.Rand
 	st     *store.Store
 	rdb    redis.UniversalClient
@@ -46,7 +50,7 @@ type world struct {
 	tokens [][]string // every lease token granted per connection, live or not
 }
 
-func newWorld(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Miniredis, seed uint64, tenant string) *world {
+func newWorld(t require.TestingT, rdb redis.UniversalClient, mini *miniredis.Miniredis, seed uint64, tenant string) *world {
 	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), rdb: rdb, mini: mini, policy: fastPolicy()}
 	w.now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixMilli() + int64(seed%1000)*10_000
 	opts := store.Options{Policy: &w.policy, Nonce: func() string { return w.nonce }, Jitter: func() int64 { return w.jitter }}
@@ -240,19 +244,60 @@ func cloneState(s *breaker.State) breaker.State {
 	return c
 }
 
+// seqT collects a sequence's failure for runDifferential's workers;
+// FailNow ends the worker's goroutine, as testing.T's does.
+type seqT struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (s *seqT) Errorf(format string, args ...any) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.msgs = append(s.msgs, fmt.Sprintf(format, args...))
+}
+
+func (s *seqT) FailNow() { runtime.Goexit() }
+
+// runDifferential runs seqs independent sequences (their own ids) on
+// several workers at once on real Redis (each world has its own virtual
+// clock): each sequence's steps stay in order, and the workers overlap
+// their round trips. A miniredis has one clock for all: one worker.
 func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Miniredis, seqs, steps int) {
+	workers := 8
+	if mini != nil {
+		workers = 1
+	}
 	ctx := context.Background()
-	for seq := range seqs {
-		w := newWorld(t, rdb, mini, uint64(seq)+1, "t"+strconv.Itoa(seq%3))
-		var trail []string
-		for k := range steps {
-			desc := w.step(ctx, k)
-			trail = append(trail, desc)
-			if len(trail) > 8 {
-				trail = trail[1:]
+	var next atomic.Int64
+	failed := &seqT{}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				seq := int(next.Add(1) - 1)
+				failed.mu.Lock()
+				stop := len(failed.msgs) > 0
+				failed.mu.Unlock()
+				if seq >= seqs || stop {
+					return
+				}
+				w := newWorld(failed, rdb, mini, uint64(seq)+1, "t"+strconv.Itoa(seq%3))
+				var trail []string
+				for k := range steps {
+					desc := w.step(ctx, k)
+					trail = append(trail, desc)
+					if len(trail) > 8 {
+						trail = trail[1:]
+					}
+					w.check(ctx, fmt.Sprintf("seq %d step %d: %q", seq, k, trail))
+				}
 			}
-			w.check(ctx, fmt.Sprintf("seq %d step %d: %q", seq, k, trail))
-		}
+		})
+	}
+	wg.Wait()
+	if len(failed.msgs) > 0 {
+		t.Fatal(strings.Join(failed.msgs, "\n"))
 	}
 }
 
