@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/store"
 )
 
 // config is everything cooldownd is started with.
@@ -32,8 +33,8 @@ type config struct {
 	readTimeout     time.Duration
 	requestTimeout  time.Duration
 	readyTimeout    time.Duration
-	durableReports  bool
-	replicaTimeout  time.Duration
+	waitReplicas    int
+	waitTimeout     time.Duration
 	// unknownEnv are COOLDOWND_* variables that set nothing (typos, or
 	// settings of another version); run reports them.
 	unknownEnv []string
@@ -76,8 +77,8 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.readTimeout, "read-timeout", 5*time.Second, "a request's headers, then its body, must arrive within this")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 10*time.Second, "bound of each unary RPC (a caller's shorter deadline wins); watch streams are not bounded")
 	fs.DurationVar(&c.readyTimeout, "readiness-timeout", time.Second, "/healthz and grpc health answer within this; keep it under the probes' timeoutSeconds")
-	fs.BoolVar(&c.durableReports, "durable-reports", false, "acknowledge a report that opens a connection only once a replica has it (WAIT 1); see docs/reliability.md")
-	fs.DurationVar(&c.replicaTimeout, "replica-timeout", 50*time.Millisecond, "with --durable-reports: how long a report waits for the replica before it fails unavailable")
+	fs.IntVar(&c.waitReplicas, "wait-replicas", 0, "answer a report that opens a connection only once this many replicas have it (WAIT); 0: asynchronous replication (see docs/reliability.md)")
+	fs.DurationVar(&c.waitTimeout, "wait-timeout", store.DefaultReplicaTimeout, "with --wait-replicas: how long such a report waits before it fails unavailable")
 	p := &c.policy
 	fs.IntVar(&p.ConsecutiveFailures, "consecutive-failures", p.ConsecutiveFailures, "trip after this many consecutive transient failures (0 disables)")
 	fs.Float64Var(&p.FailureRate, "failure-rate", p.FailureRate, "trip when the failure rate over --window reaches this, in (0,1] (0 disables)")
@@ -173,6 +174,12 @@ func (c config) validate() error {
 	if c.maxConnsTenant < 1 {
 		errs = append(errs, errors.New("--max-connections-per-tenant must be positive"))
 	}
+	if c.waitReplicas < 0 || c.waitReplicas > 16 {
+		errs = append(errs, fmt.Errorf("--wait-replicas must be in [0, 16], got %d", c.waitReplicas))
+	}
+	if c.waitReplicas > 0 && c.redis.embedded() {
+		errs = append(errs, errors.New("--wait-replicas needs a real Redis with replicas (--redis-url or --redis-mode)"))
+	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
 	}
@@ -180,7 +187,7 @@ func (c config) validate() error {
 		name string
 		v    time.Duration
 	}{{"--redis-timeout", c.redisTimeout}, {"--read-timeout", c.readTimeout}, {"--request-timeout", c.requestTimeout},
-		{"--readiness-timeout", c.readyTimeout}, {"--replica-timeout", c.replicaTimeout}} {
+		{"--readiness-timeout", c.readyTimeout}, {"--wait-timeout", c.waitTimeout}} {
 		if d.v < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms, got %s", d.name, d.v))
 		}

@@ -60,7 +60,8 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 		return err
 	}
 	defer closeRedis()
-	sopts := store.Options{Policy: &cfg.policy, IdleTTL: cfg.idleTTL, History: cfg.history, MaxConnsPerTenant: cfg.maxConnsTenant}
+	sopts := store.Options{Policy: &cfg.policy, IdleTTL: cfg.idleTTL, History: cfg.history, MaxConnsPerTenant: cfg.maxConnsTenant,
+		Durability: store.Durability{Replicas: cfg.waitReplicas, Timeout: cfg.waitTimeout}}
 	if cfg.policyFile != "" {
 		policies, err := loadPolicies(cfg.policyFile, cfg.policy)
 		if err != nil {
