@@ -34,11 +34,12 @@ type Durability struct {
 	Timeout time.Duration
 }
 
-// durableConn returns what a report's script runs on: with Durability on,
-// one connection to the connection's master held for the report (release
-// returns it), so that WAIT follows the script on the same connection.
-func (s *Store) durableConn(ctx context.Context, l keys.Layout) (sc redis.Scripter, release func()) {
-	if s.durable.Replicas <= 0 {
+// durableConn returns what a report's script runs on: with Durability on
+// and a report that may open the connection, one connection to the
+// connection's master held for the report (release returns it), so that
+// WAIT follows the script on the same connection.
+func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Report) (sc redis.Scripter, release func()) {
+	if s.durable.Replicas <= 0 || !mayOpen(rep) {
 		return s.rdb, func() {}
 	}
 	var node *redis.Client
@@ -81,6 +82,18 @@ func (s *Store) awaitReplicas(ctx context.Context, sc redis.Scripter, events []b
 			ErrUnavailable, n, s.durable.Replicas, timeout)
 	}
 	return nil
+}
+
+// mayOpen reports whether a report can open a connection (see
+// breaker.State.Report): a failure trips or cools it, any report with a
+// Retry-After cools it; a success, a client error or a cancel without one
+// never opens it.
+func mayOpen(rep breaker.Report) bool {
+	switch rep.Outcome {
+	case breaker.OutcomeSuccess, breaker.OutcomeClientError, breaker.OutcomeCanceled:
+		return rep.RetryAfter > 0 && rep.Outcome != breaker.OutcomeCanceled
+	}
+	return true
 }
 
 // opens reports whether a transition opened the connection.

@@ -114,7 +114,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	l := c.layout()
 	res := ReportResult{}
 	var wake int64
-	sc, release := s.durableConn(ctx, l) // s.rdb unless Options.Durability
+	sc, release := s.durableConn(ctx, l, rep) // s.rdb unless Options.Durability
 	defer release()
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
 		r := newReply(scriptReport.Run(ctx, sc, connKeys(l), s.args(p, l,
