@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -49,7 +50,10 @@ func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Repo
 	case *redis.ClusterClient:
 		m, err := c.MasterForKey(ctx, l.State())
 		if err != nil {
-			return s.rdb, func() {} // awaitReplicas then fails: nothing to wait on
+			// The cluster's layout is unknown: the script will most likely
+			// fail too; if it does not, this report is not waited for.
+			slog.Warn("store: no master for a durable report; it is not waited for", "err", err)
+			return s.rdb, func() {}
 		}
 		node = m
 	default:
@@ -67,7 +71,11 @@ func (s *Store) awaitReplicas(ctx context.Context, sc redis.Scripter, events []b
 	}
 	conn, ok := sc.(*redis.Conn)
 	if !ok {
-		return fmt.Errorf("%w: wait for replicas: no connection of the master to wait on", ErrUnavailable)
+		// The report cannot open the connection by itself (see mayOpen):
+		// an open the script applied on the way (a forced-closed override
+		// that ended over an open breaker) is a timed transition, not this
+		// report's to wait for.
+		return nil
 	}
 	timeout := s.durable.Timeout
 	if timeout <= 0 {
