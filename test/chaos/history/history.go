@@ -30,6 +30,7 @@ const (
 // the machine clock, which the server's Redis TIME shares (one machine).
 type Op struct {
 	Process int    `json:"p"`
+	ID      int64  `json:"id"` // per process; a later line of the same op replaces an earlier one
 	Kind    Kind   `json:"k"`
 	Conn    string `json:"c"` // connection id, hex
 	Call    int64  `json:"call"`
@@ -143,7 +144,10 @@ func Read(dir string) ([]Op, error) {
 	return ops, nil
 }
 
+// readOps appends the ops of one file: each op is written when sent (as
+// lost) and again when answered; the last line of an op wins.
 func readOps(r io.Reader, ops []Op) ([]Op, error) {
+	at := map[[2]int64]int{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -155,6 +159,12 @@ func readOps(r io.Reader, ops []Op) ([]Op, error) {
 		if json.Unmarshal([]byte(line), &o) != nil {
 			continue // the truncated last line of a killed process
 		}
+		k := [2]int64{int64(o.Process), o.ID}
+		if i, ok := at[k]; ok && o.ID != 0 {
+			ops[i] = o
+			continue
+		}
+		at[k] = len(ops)
 		ops = append(ops, o)
 	}
 	return ops, sc.Err()

@@ -26,7 +26,7 @@ type mstate struct {
 // follows both (state unchanged, or wild).
 func Model(p breaker.Policy) porcupine.Model {
 	m := &porcupine.NondeterministicModel{
-		Init: func() []any { return []any{mstate{}} },
+		Init: func() []any { return []any{mstate{s: breaker.State{Phase: breaker.Closed}}} },
 		Step: func(state, input, _ any) []any { return step(p, state.(mstate), input.(Op)) },
 		Equal: func(a, b any) bool {
 			x, y := a.(mstate), b.(mstate)
