@@ -134,3 +134,95 @@ func BenchmarkReportReplicated(b *testing.B) {
 		})
 	}
 }
+
+// failoverRun drives opening reports from 4 writers through a Sentinel
+// failover and returns how many were acknowledged and how many of those
+// the new master does not have.
+func failoverRun(t *testing.T, d store.Durability) (acked, lost int) {
+	t.Helper()
+	ss := redistest.Sentinel(t)
+	ctx := context.Background()
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.MasterName, SentinelAddrs: []string{ss.SentinelAddr},
+		ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st, err := store.New(rdb, store.Options{Durability: d})
+	require.NoError(t, err)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: ss.SentinelAddr})
+	t.Cleanup(func() { _ = sc.Close() })
+
+	stop := make(chan struct{})
+	results := make(chan []keys.ID, 4)
+	for w := range 4 {
+		go func() {
+			var mine []keys.ID
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					results <- mine
+					return
+				default:
+				}
+				var id keys.ID
+				binary.BigEndian.PutUint32(id[:], uint32(i))
+				id[4] = byte(w)
+				rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				_, err := st.Report(rctx, store.Conn{Tenant: "f", ID: id}, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 600_000})
+				cancel()
+				if err == nil {
+					mine = append(mine, id)
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	require.NoError(t, sc.Failover(ctx, ss.MasterName).Err())
+	var newMaster string
+	for i := 0; ; i++ {
+		addr, err := sc.GetMasterAddrByName(ctx, ss.MasterName).Result()
+		if err == nil && net.JoinHostPort(addr[0], addr[1]) != ss.Master.Addr {
+			newMaster = net.JoinHostPort(addr[0], addr[1])
+			break
+		}
+		require.Less(t, i, 200, "no failover within 10s")
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second) // writers meet the new master, the old one rejoins as a replica
+	close(stop)
+	var ids []keys.ID
+	for range 4 {
+		ids = append(ids, <-results...)
+	}
+	nm := redis.NewClient(&redis.Options{Addr: newMaster})
+	t.Cleanup(func() { _ = nm.Close() })
+	for _, id := range ids {
+		n, err := nm.Exists(ctx, keys.Layout{Tenant: "f", ID: id}.State()).Result()
+		require.NoError(t, err)
+		if n == 0 {
+			lost++
+		}
+	}
+	return len(ids), lost
+}
+
+// TestFailoverLosesNoDurableReport: with Durability{Replicas: 1}, no
+// acknowledged opening report is lost in a Sentinel failover. (The same
+// run without it is logged, for docs/reliability.md: asynchronous
+// replication may lose some.)
+func TestFailoverLosesNoDurableReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Sentinel failover takes seconds")
+	}
+	t.Parallel()
+	t.Run("async", func(t *testing.T) {
+		t.Parallel()
+		acked, lost := failoverRun(t, store.Durability{})
+		t.Logf("asynchronous replication: %d of %d acknowledged opening reports lost in the failover", lost, acked)
+	})
+	t.Run("wait1", func(t *testing.T) {
+		t.Parallel()
+		acked, lost := failoverRun(t, store.Durability{Replicas: 1, Timeout: 100 * time.Millisecond})
+		t.Logf("WAIT 1: %d of %d acknowledged opening reports lost in the failover", lost, acked)
+		assert.Zero(t, lost)
+		assert.Positive(t, acked)
+	})
+}
