@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -57,7 +58,21 @@ func next(t *testing.T, ch <-chan store.Transition) store.Transition {
 // and a changedAt that stays put.
 func TestEndedOpenIsPublishedWithoutAdmit(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Real(t)
+	for _, tc := range []struct {
+		name  string
+		redis func(testing.TB) redis.UniversalClient
+	}{
+		{"single", func(tb testing.TB) redis.UniversalClient { return redistest.Real(tb) }},
+		{"cluster", func(tb testing.TB) redis.UniversalClient { return redistest.Cluster(tb) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			endedOpenIsPublished(t, tc.redis(t))
+		})
+	}
+}
+
+func endedOpenIsPublished(t *testing.T, rdb redis.UniversalClient) {
 	clock := newTestClock()
 	st, err := store.New(rdb, store.Options{Clock: clock.Now})
 	require.NoError(t, err)
