@@ -63,9 +63,9 @@ func (s *Store) create(ctx context.Context, c Conn, try func(registeredAt int64)
 		if err != nil || status == statusApplied {
 			return err
 		}
-		at, err := s.register(ctx, c)
-		if err != nil {
-			return err
+		at, rerr := s.register(ctx, c)
+		if rerr != nil {
+			return rerr
 		}
 		status, err = try(at)
 	}
