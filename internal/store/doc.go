@@ -6,7 +6,15 @@
 //
 // The scripts mirror internal/breaker, the reference model; a differential
 // test drives both with random operation sequences. Time is Redis's clock
-// (TIME inside the script), the one clock every replica shares. Probe
-// leases are github.com/bsm/redislock locks. Transitions are appended to a
-// bounded per-connection history and published on the tenant's channel.
+// (TIME inside the script), the one clock every replica shares: opens,
+// overrides and probe leases end by the expiries stored in the state hash,
+// and key TTLs only collect garbage. Transitions are appended to a bounded
+// per-connection history and published on the tenant's channel.
+//
+// Per tenant, in the tenant's own slot, an index lists the connections (a
+// connection is indexed before its state is created, within the tenant's
+// cap) and a wake set holds when each must be looked at next. [Store.Run]
+// sweeps it on the one replica that holds a github.com/bsm/redislock lock,
+// so a timed transition is applied, stamped with its instant, and
+// published even when nobody calls Admit.
 package store
