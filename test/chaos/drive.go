@@ -164,12 +164,22 @@ func (c *cluster) report(dir string, stuck []string, gor0, gor1, rss0, rss1 []fl
 		if i < len(gor1) && gor1[i] > gor0[i]*1.5+30 {
 			fail("replica %d: goroutines %v at the end, %v at the start", i, gor1[i], gor0[i])
 		}
+		if i < len(rss1) && rss1[i] > 2*rss0[i]+64<<20 {
+			fail("replica %d: RSS %.0f MB at the end, %.0f MB at the start", i, rss1[i]/(1<<20), rss0[i]/(1<<20))
+		}
 	}
 	if panics := grepLogs(dir, "panic"); len(panics) > 0 {
 		fail("panics in %v", panics)
 	}
 
 	vs := history.Check(ops, chaosPolicy())
+	double := 0
+	for _, v := range vs {
+		if strings.HasPrefix(v.Property, "at most max_probes") {
+			double++
+		}
+	}
+	fmt.Printf("probes: %d double-granted, %d lost (a lease still held one TTL after the run)\n", double, len(stuck))
 	fmt.Printf("safety checks over the whole run: %d violations\n", len(vs))
 	for i, v := range vs {
 		if i < 5 {

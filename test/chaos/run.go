@@ -117,13 +117,20 @@ func (c *cluster) up() error {
 		return p
 	}
 	c.redis = &redisServer{ps: c.ps, name: "redis-master", port: port()}
+	// With Sentinel, a master that lost its replica refuses writes after
+	// 1 s (min-replicas-to-write): a demoted master does not go on
+	// acknowledging writes that its resync will throw away.
+	minReplicas := []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}
+	if c.o.sentinel {
+		c.redis.extra = minReplicas
+	}
 	if err := c.redis.start(); err != nil {
 		return err
 	}
 	redisArgs := []string{}
 	if c.o.sentinel {
 		c.replica = &redisServer{ps: c.ps, name: "redis-replica", port: port(),
-			extra: []string{"--replicaof", "127.0.0.1", strconv.Itoa(c.redis.port)}}
+			extra: append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(c.redis.port)}, minReplicas...)}
 		if err := c.replica.start(); err != nil {
 			return err
 		}
@@ -312,7 +319,9 @@ func (c *cluster) recovered(what string, t time.Time) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	c.logf("  %s: replicas ready %v after, clients back on the service %v after", what, ready.Round(time.Millisecond), back.Round(time.Millisecond))
+	gor, rss := c.baseline()
+	c.logf("  %s: replicas ready %v after, clients back on the service %v after; replica goroutines %v, RSS MB %v",
+		what, ready.Round(time.Millisecond), back.Round(time.Millisecond), gor, mb(rss))
 }
 
 // fault is one scheduled fault.

@@ -31,7 +31,7 @@ func testPolicy() breaker.Policy {
 func simulate(seed uint64, n int) []Op {
 	p := testPolicy()
 	r := rand.New(rand.NewPCG(seed, 1))
-	var s breaker.State
+	s := breaker.State{Phase: breaker.Closed} // as the server shows a new connection
 	now := int64(1_700_000_000_000)
 	type held struct {
 		rev uint64
