@@ -2,7 +2,7 @@
 BUF := npx --yes @bufbuild/buf@1.75.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test preflight stress generate check-generate lint fuzz bench storm build
+.PHONY: test preflight stress chaos generate check-generate lint fuzz bench storm build
 
 ## test: run the whole test suite (unit, real-Redis integration, e2e).
 test: preflight
@@ -67,6 +67,10 @@ fuzz:
 ## bench: run the Go benchmarks (real Redis) and print their figures.
 bench:
 	go test -run='^$$' -bench=. -benchmem ./...
+
+## chaos: the fault run with checked histories (about 2 minutes; see docs/reliability.md).
+chaos:
+	go run ./test/chaos
 
 ## storm: the multi-process outage-storm benchmark (about 2 minutes; see docs/storm.md).
 storm:
