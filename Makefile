@@ -10,6 +10,7 @@ test: preflight
 	go test -tags integration $(GO_TEST_FLAGS) ./test/...
 	go -C deploy/helm/charttest test -count=1 ./...
 	$(MAKE) fuzz FUZZTIME=5s
+	$(MAKE) test-ts
 
 ## preflight: say loudly, in make's own output, which real parts are missing.
 ## `go test ./...` hides the output of passing packages, so a test's own
@@ -39,15 +40,15 @@ stress: preflight
 	go test -race -count=$(STRESS_COUNT) -timeout 30m ./client/...
 	go test -tags integration -race -count=$$(( ($(STRESS_COUNT) + 3) / 4 )) -timeout 30m ./test/...
 
-## generate: regenerate the Go and Connect code from api/v1/*.proto.
-generate:
+## generate: regenerate the Go and Connect code (and clients/ts/src/gen) from api/v1/*.proto.
+generate: ts-deps
 	$(BUF) format -w
 	$(BUF) generate
 
 ## check-generate: fail when the checked-in generated code is stale.
 check-generate: generate
-	git diff --exit-code -- api/
-	@test -z "$$(git status --porcelain -- api/)" || (git status --porcelain -- api/; echo "generated code is stale: run make generate"; exit 1)
+	git diff --exit-code -- api/ clients/ts/src/gen/
+	@test -z "$$(git status --porcelain -- api/ clients/ts/src/gen/)" || (git status --porcelain -- api/ clients/ts/src/gen/; echo "generated code is stale: run make generate"; exit 1)
 
 ## lint: vet, staticcheck and buf lint.
 lint:
@@ -78,3 +79,12 @@ storm:
 
 build:
 	go build -o bin/cooldownd ./cmd/cooldownd
+
+## ts-deps: the TypeScript client's pinned npm dependencies (clients/ts/package-lock.json), once.
+ts-deps:
+	@test -d clients/ts/node_modules || (cd clients/ts && npm ci --no-audit --no-fund)
+
+## test-ts: the TypeScript client: tsc, then node --test (unit, the fixtures shared with Go, the
+## breaker differential against internal/breaker, e2e against a real cooldownd and a Go client).
+test-ts: ts-deps
+	cd clients/ts && rm -rf build/src build/test && npx tsc -p tsconfig.json && node --test build/test/*.test.js
