@@ -191,6 +191,11 @@ function parseEndpoints(list: string): string[] {
 
 /** Waits ms or until signal aborts (then rejects with its reason). */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return wait(ms, signal, false);
+}
+
+/** wait is sleep; with unref the timer does not keep the process alive (background work). */
+function wait(ms: number, signal: AbortSignal | undefined, unref: boolean): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) {
       reject(signal.reason);
@@ -200,6 +205,7 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
       signal?.removeEventListener("abort", onAbort);
       resolve();
     }, Math.max(0, ms));
+    if (unref) t.unref();
     const onAbort = () => {
       clearTimeout(t);
       reject(signal!.reason);
@@ -567,7 +573,9 @@ export class Client {
       const d = backoff / 2 + randN(backoff / 2 + 1);
       backoff = Math.min(2 * backoff, QueueBackoffCapMs);
       try {
-        await sleep(d, this.closeCtl.signal); // background work: real time, not the guard's sleep
+        // Background work: real time, not the guard's sleep, and it does not
+        // keep the process alive (call flush() before exit, as in Go).
+        await wait(d, this.closeCtl.signal, true);
       } catch {
         this.queue.stop();
         return;
