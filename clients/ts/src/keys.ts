@@ -93,10 +93,11 @@ function normalize(raw: string): [string, string] {
   if (enc.encode(raw).length > MaxEndpointLen) return ["", reason.tooLong];
   const s = trimAscii(raw);
   if (s === "") return ["", reason.empty];
-  // Go's url.Parse rejects ASCII control characters anywhere.
-  if (/[\x00-\x1f\x7f]/.test(s)) return ["", reason.syntax];
   const hash = s.indexOf("#");
   const beforeFrag = hash >= 0 ? s.slice(0, hash) : s;
+  // Go's url.Parse rejects ASCII control characters before the fragment
+  // (the fragment, dropped here, is only checked for its escapes).
+  if (/[\x00-\x1f\x7f]/.test(beforeFrag)) return ["", reason.syntax];
   if (hash >= 0 && !validEscapes(s.slice(hash + 1))) return ["", reason.syntax];
   // Scheme.
   const m = /^([a-zA-Z][a-zA-Z0-9+.-]*):/.exec(beforeFrag);

@@ -3,6 +3,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { deriveId, idHex, normalizeEndpoint, InvalidConnectionError } from "../src/keys.js";
+import { execFileSync } from "node:child_process";
 import { repoRoot } from "./helpers.js";
 
 interface Vector {
@@ -72,4 +73,51 @@ test("keys: invalid inputs are errors that never hold the credential", () => {
   const a = idHex(deriveId(new Uint8Array(), { ...base, credential: "ab", scope: "c" }));
   const b = idHex(deriveId(new Uint8Array(), { ...base, credential: "a", scope: "bc" }));
   assert.notEqual(a, b);
+});
+
+test("keys: endpoint normalisation equals internal/keys on thousands of mutated endpoints", () => {
+  const seeds = [...new Set([...vectors.map((v) => v.endpoint), "https://api.openai.com/v1/", "HTTPS://API.OpenAI.COM:443/v1#x",
+    "http://[0:0:0:0::1]:8080/v1/", "http://[::ffff:1.2.3.4]/", "https://h:/v1", "http://h:08080", "https://h/a%2fb/%e2%82%ac",
+    "https://h/a:b@c!$&'()*+,;=~", "http://my_llm.internal", "https://h/v1/%2e%2E/x", "https://u:p@h/v1", "https://h/v1?x",
+    "http://[fe80::1%25en0]/", "https://[2001:db8::1]:443/v1", "http://127.0.0.1:11434"])];
+  const alphabet = [..."abcXYZ019:/?#[]@%.-_~!$&'()*+,;=<>\"{}|\\^` \tü€", "%2e", "%2E", "%zz", "%4", "::", "//", "[", "]", ":0", ":65535", ":65536", "\x00", "\x7f"];
+  let seed = 42; // mulberry32: deterministic inputs
+  const rand = (n: number) => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
+  };
+  const inputs: string[] = [...seeds];
+  for (let i = 0; i < 20000; i++) {
+    let s = seeds[rand(seeds.length)]!;
+    for (let k = 1 + rand(3); k > 0; k--) {
+      const at = rand(s.length + 1);
+      const piece = alphabet[rand(alphabet.length)]!;
+      switch (rand(3)) {
+        case 0: s = s.slice(0, at) + piece + s.slice(at); break; // insert
+        case 1: s = s.slice(0, at) + piece + s.slice(at + 1); break; // replace
+        default: s = s.slice(0, at) + s.slice(at + 1 + rand(3)); // delete
+      }
+    }
+    inputs.push(s);
+  }
+  const out = execFileSync("go", ["run", "./clients/ts/tools/keystrace"], { cwd: repoRoot, input: JSON.stringify(inputs), maxBuffer: 1 << 28, encoding: "utf8" });
+  const want: { ok: boolean; out: string }[] = JSON.parse(out);
+  assert.equal(want.length, inputs.length);
+  const diffs: string[] = [];
+  let accepted = 0;
+  inputs.forEach((inp, i) => {
+    let got: { ok: boolean; out: string };
+    try {
+      got = { ok: true, out: normalizeEndpoint(inp) };
+    } catch {
+      got = { ok: false, out: "" };
+    }
+    if (want[i]!.ok) accepted++;
+    if (got.ok !== want[i]!.ok || got.out !== want[i]!.out) diffs.push(`${JSON.stringify(inp)}: go ${JSON.stringify(want[i])} ts ${JSON.stringify(got)}`);
+  });
+  assert.deepEqual(diffs.slice(0, 20), [], `${diffs.length} of ${inputs.length} differ`);
+  assert.ok(accepted > inputs.length / 10 && accepted < inputs.length, `accepted ${accepted} of ${inputs.length}`);
+  console.log(`endpoint differential: ${inputs.length} inputs, ${accepted} accepted by Go, all equal`);
 });
