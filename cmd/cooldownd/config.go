@@ -177,6 +177,9 @@ func (c config) validate() error {
 	if c.waitReplicas < 0 || c.waitReplicas > 16 {
 		errs = append(errs, fmt.Errorf("--wait-replicas must be in [0, 16], got %d", c.waitReplicas))
 	}
+	if c.waitReplicas > 0 && c.waitTimeout >= c.redisTimeout {
+		errs = append(errs, fmt.Errorf("--wait-timeout (%s) must be shorter than --redis-timeout (%s), which bounds the WAIT too", c.waitTimeout, c.redisTimeout))
+	}
 	if c.waitReplicas > 0 && c.redis.embedded() {
 		errs = append(errs, errors.New("--wait-replicas needs a real Redis with replicas (--redis-url or --redis-mode)"))
 	}

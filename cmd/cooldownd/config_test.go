@@ -122,6 +122,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"redis timeout", []string{"--redis-timeout", "0s"}, nil, []string{"--redis-timeout"}},
 		{"read timeout", []string{"--read-timeout", "0s"}, nil, []string{"--read-timeout"}},
 		{"wait replicas embedded", []string{"--wait-replicas", "1"}, nil, []string{"--wait-replicas needs a real Redis"}},
+		{"wait timeout over redis timeout", []string{"--wait-replicas", "1", "--wait-timeout", "300ms", "--redis-url", "redis://r:6379"}, nil, []string{"--wait-timeout", "shorter than --redis-timeout"}},
 		{"wait replicas negative", []string{"--wait-replicas", "-1", "--redis-url", "redis://r:6379"}, nil, []string{"--wait-replicas must be in [0, 16]"}},
 		{"invalid env value", nil, map[string]string{"COOLDOWND_MAX_PROBES": "0"}, []string{"--max-probes", "got 0"}},
 		{"bad duration flag", []string{"--lease-ttl", "forever"}, nil, []string{"lease-ttl", "forever"}},

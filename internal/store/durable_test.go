@@ -23,7 +23,7 @@ import (
 // proxy the test can stall, and returns a client of each.
 func replicated(tb testing.TB) (master, replica *redis.Client, link *redistest.Proxy) {
 	tb.Helper()
-	m := redistest.StartServer(tb)
+	m := redistest.StartServer(tb, "--repl-diskless-sync-delay", "0") // the replica syncs at once
 	link = redistest.StartProxy(tb, m.Addr)
 	_, port, err := net.SplitHostPort(link.Addr())
 	require.NoError(tb, err)
@@ -66,7 +66,11 @@ func TestDurableReportsWaitForTheReplica(t *testing.T) {
 	t.Parallel()
 	master, replica, link := replicated(t)
 	ctx := context.Background()
-	durable, err := store.New(master, store.Options{Durability: store.Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
+	// A generous timeout where the replica must answer (a loaded test
+	// machine), a short one where it cannot.
+	durable, err := store.New(master, store.Options{Durability: store.Durability{Replicas: 1, Timeout: 5 * time.Second}})
+	require.NoError(t, err)
+	impatient, err := store.New(master, store.Options{Durability: store.Durability{Replicas: 1, Timeout: 100 * time.Millisecond}})
 	require.NoError(t, err)
 	async, err := store.New(master, store.Options{})
 	require.NoError(t, err)
@@ -80,12 +84,12 @@ func TestDurableReportsWaitForTheReplica(t *testing.T) {
 	link.Swallow(true) // the replication link stalls
 	t.Cleanup(func() { link.Swallow(false); link.Reset() })
 	c2 := store.Conn{Tenant: "t", ID: testID(2)}
-	_, err = durable.Report(ctx, c2, open)
+	_, err = impatient.Report(ctx, c2, open)
 	require.ErrorIs(t, err, store.ErrUnavailable, "not acknowledged by the replica: not acknowledged")
 	assert.Contains(t, err.Error(), "0 of 1 replicas")
 
 	c3 := store.Conn{Tenant: "t", ID: testID(3)}
-	_, err = durable.Report(ctx, c3, breaker.Report{Outcome: breaker.OutcomeSuccess})
+	_, err = impatient.Report(ctx, c3, breaker.Report{Outcome: breaker.OutcomeSuccess})
 	require.NoError(t, err, "a report that opens nothing does not wait")
 
 	c4 := store.Conn{Tenant: "t", ID: testID(4)}
