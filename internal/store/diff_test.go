@@ -301,20 +301,28 @@ func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Mi
 	}
 }
 
+// sized is n sequences, or underRace under the race detector.
+func sized(n, underRace int) int {
+	if raceEnabled {
+		return underRace
+	}
+	return n
+}
+
 func TestDifferentialMiniredis(t *testing.T) {
 	t.Parallel()
 	m, c := redistest.Mini(t)
-	runDifferential(t, c, m, 100, 60)
+	runDifferential(t, c, m, sized(100, 5), 60)
 }
 
 func TestDifferentialRealRedis(t *testing.T) {
 	t.Parallel()
 	c := redistest.Real(t)
-	runDifferential(t, c, nil, 1000, 60)
+	runDifferential(t, c, nil, sized(1000, 200), 60)
 }
 
 func TestDifferentialCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.Cluster(t)
-	runDifferential(t, c, nil, 200, 60)
+	runDifferential(t, c, nil, sized(200, 30), 60)
 }

@@ -334,7 +334,7 @@ func TestSlowWatcherIsDropped(t *testing.T) {
 	_, rdb := redistest.Mini(t)
 	st, err := store.New(rdb, store.Options{})
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	slow, err := st.Watch(ctx, "a")
 	require.NoError(t, err)
