@@ -94,7 +94,7 @@ func (s *State) Report(p Policy, now int64, r Report, jitter float64) (ReportRes
 	}
 	before := len(evs)
 	if res.Accepted {
-		evs = s.verdict(p, now, r.Outcome, jitter, evs)
+		evs = s.verdict(p, now, r.Outcome, max(r.Count, 1), jitter, evs)
 	}
 	if d, cause := hint(p, r); d > 0 {
 		evs = s.cool(now, now+d, cause, evs)
@@ -104,7 +104,7 @@ func (s *State) Report(p Policy, now int64, r Report, jitter float64) (ReportRes
 }
 
 // verdict applies a live report's outcome to the breaker.
-func (s *State) verdict(p Policy, now int64, o Outcome, jitter float64, evs []Event) []Event {
+func (s *State) verdict(p Policy, now int64, o Outcome, n int64, jitter float64, evs []Event) []Event {
 	switch o {
 	case OutcomeSuccess, OutcomeClientError:
 		switch s.phase() {
@@ -114,9 +114,9 @@ func (s *State) verdict(p Policy, now int64, o Outcome, jitter float64, evs []Ev
 			return append(evs, s.transition(now, Closed, CauseProbeSuccess, "", ""))
 		case Closed:
 			if o == OutcomeSuccess {
-				s.Successes = min(s.Successes+1, MaxCount)
+				s.Successes = min(s.Successes+n, MaxCount)
 				s.Consecutive = 0
-				s.count(p, now, false)
+				s.count(p, now, false, n)
 			}
 		}
 	case OutcomeTransientFailure:
@@ -126,7 +126,7 @@ func (s *State) verdict(p Policy, now int64, o Outcome, jitter float64, evs []Ev
 		case Closed:
 			s.Failures = min(s.Failures+1, MaxCount)
 			s.Consecutive = min(s.Consecutive+1, MaxCount)
-			s.count(p, now, true)
+			s.count(p, now, true, 1)
 			if (p.ConsecutiveFailures > 0 && s.Consecutive >= p.ConsecutiveFailures) || s.rateTripped(p, now) {
 				return append(evs, s.trip(p, now, jitter))
 			}
@@ -175,12 +175,12 @@ func (s *State) cool(now, until int64, cause Cause, evs []Event) []Event {
 }
 
 // count adds one call to the sliding window.
-func (s *State) count(p Policy, now int64, failed bool) {
+func (s *State) count(p Policy, now int64, failed bool, n int64) {
 	if p.FailureRate <= 0 {
 		return
 	}
 	s.rotate(p, now)
-	s.Window.CurCalls = min(s.Window.CurCalls+1, MaxCount)
+	s.Window.CurCalls = min(s.Window.CurCalls+n, MaxCount)
 	if failed {
 		s.Window.CurFails = min(s.Window.CurFails+1, MaxCount)
 	}

@@ -82,6 +82,9 @@ type Report struct {
 	RetryAfter int64 // ms, 0 when none
 	HTTPStatus int
 	ErrorCode  string
+	// Count is how many successes admitted under Revision this report
+	// stands for (a client's batch); 0 means one. Only for OutcomeSuccess.
+	Count int64
 }
 
 // ReportResult says what a report did.

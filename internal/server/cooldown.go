@@ -16,6 +16,15 @@ import (
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
+// candidateFields are the field names of Admit's candidates, built once
+// rather than formatted on every request.
+var candidateFields = func() (f [MaxCandidates]string) {
+	for i := range f {
+		f[i] = fmt.Sprintf("candidates[%d]", i)
+	}
+	return f
+}()
+
 // cooldownService implements cooldownv1connect.CooldownServiceHandler.
 type cooldownService struct{ *Server }
 
@@ -30,7 +39,7 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 	}
 	conns := make([]store.Conn, len(cands))
 	for i, c := range cands {
-		id, label, err := parseConn(fmt.Sprintf("candidates[%d]", i), c)
+		id, label, err := parseConn(candidateFields[i], c)
 		if err != nil {
 			return nil, err
 		}
@@ -69,6 +78,9 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 	return connect.NewResponse(out), nil
 }
 
+// MaxBatch is the most successes one report may stand for.
+const MaxBatch = 1_000_000
+
 func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error) {
 	who, err := s.authorize(ctx, req.Header(), RoleClient)
 	if err != nil {
@@ -99,9 +111,12 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	if len(m.GetLeaseToken()) > 128 {
 		return nil, errInvalid("lease_token", "must be at most 128 bytes")
 	}
+	if n := m.GetCount(); n > 1 && (o != breaker.OutcomeSuccess || m.GetLeaseToken() != "" || n > MaxBatch) {
+		return nil, errInvalid("count", "above 1 only for a success without a lease token, at most %d; got %d", MaxBatch, n)
+	}
 	res, err := s.store.Report(ctx, store.Conn{Tenant: who.Tenant, ID: id, Label: label}, breaker.Report{
 		Revision: m.GetRevision(), LeaseToken: m.GetLeaseToken(), Outcome: o, RetryAfter: retry,
-		HTTPStatus: int(m.GetHttpStatus()), ErrorCode: m.GetErrorCode(),
+		HTTPStatus: int(m.GetHttpStatus()), ErrorCode: m.GetErrorCode(), Count: int64(m.GetCount()),
 	})
 	if err != nil {
 		return nil, s.storeError(ctx, "report", err)
@@ -193,7 +208,12 @@ func (s cooldownService) ListConnections(ctx context.Context, req *connect.Reque
 }
 
 func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Request[cooldownv1.WatchConnectionsRequest], stream *connect.ServerStream[cooldownv1.WatchConnectionsResponse]) error {
+	// Viewers watch for the dashboard; clients watch to keep the mirror of
+	// the connections they admit locally (see client.WithMirror).
 	who, err := s.authorize(ctx, req.Header(), RoleViewer)
+	if connect.CodeOf(err) == connect.CodePermissionDenied {
+		who, err = s.authorize(ctx, req.Header(), RoleClient)
+	}
 	if err != nil {
 		return err
 	}

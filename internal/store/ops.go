@@ -119,7 +119,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
 		r := newReply(scriptReport.Run(ctx, sc, connKeys(l), s.args(p, l,
 			rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
-			registeredAt, registerGrace.Milliseconds())...).Result())
+			registeredAt, registerGrace.Milliseconds(), max(rep.Count, 1))...).Result())
 		// REPORT_REPLY in report.lua.
 		status := r.int()
 		res.Accepted = r.int() == 1

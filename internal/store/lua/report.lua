@@ -1,7 +1,8 @@
 -- report: ARGV[19] revision, ARGV[20] lease token, ARGV[21] outcome,
 -- ARGV[22] retry_after ms, ARGV[23] http status, ARGV[24] error code,
 -- ARGV[25] label ('' keeps the stored one), ARGV[26] jitter in millionths,
--- ARGV[27] registered_at, ARGV[28] grace (see may_create).
+-- ARGV[27] registered_at, ARGV[28] grace (see may_create), ARGV[29] how many
+-- successes the report stands for (a client's batch; 1 otherwise).
 local REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake'}
 local s = load()
 if not may_create(s, tonumber(ARGV[27]), tonumber(ARGV[28])) then
@@ -12,6 +13,7 @@ local created = not s.exists
 settle(s)
 local rev, token, outcome = tonumber(ARGV[19]), ARGV[20], tonumber(ARGV[21])
 local retry, jitter = tonumber(ARGV[22]), tonumber(ARGV[26]) / 1e6
+local batch = math.max(tonumber(ARGV[29]) or 1, 1)
 s.updated_at, s.last_status, s.last_outcome, s.last_error = now, tonumber(ARGV[23]), outcome, ARGV[24]
 if ARGV[25] ~= '' then s.label = ARGV[25] end
 local lease = find_lease(s, token)
@@ -49,10 +51,10 @@ local function rotate()
   s.window_start, s.cur_calls, s.cur_fails = start, 0, 0
 end
 
-local function count(failed)
+local function count(failed, n)
   if P.rate_bp <= 0 then return end
   rotate()
-  s.cur_calls = math.min(s.cur_calls + 1, MAX_COUNT)
+  s.cur_calls = math.min(s.cur_calls + n, MAX_COUNT)
   if failed then s.cur_fails = math.min(s.cur_fails + 1, MAX_COUNT) end
 end
 
@@ -72,9 +74,9 @@ if outcome ~= OUTCOME.CANCELED and s.override == OVERRIDE.NONE then
         reset_counts(s)
         transition(s, now, PHASE.CLOSED, CAUSE.PROBE_SUCCESS)
       elseif s.phase == PHASE.CLOSED and outcome == OUTCOME.SUCCESS then
-        s.successes = math.min(s.successes + 1, MAX_COUNT)
+        s.successes = math.min(s.successes + batch, MAX_COUNT)
         s.consecutive = 0
-        count(false)
+        count(false, batch)
       end
     elseif outcome == OUTCOME.TRANSIENT_FAILURE then
       if s.phase == PHASE.HALF_OPEN then
@@ -82,7 +84,7 @@ if outcome ~= OUTCOME.CANCELED and s.override == OVERRIDE.NONE then
       elseif s.phase == PHASE.CLOSED then
         s.failures = math.min(s.failures + 1, MAX_COUNT)
         s.consecutive = math.min(s.consecutive + 1, MAX_COUNT)
-        count(true)
+        count(true, 1)
         if (P.consecutive > 0 and s.consecutive >= P.consecutive) or rate_tripped() then trip() end
       end
     end

@@ -1095,7 +1095,12 @@ type ReportRequest struct {
 	// The HTTP status, 0 when none.
 	HttpStatus uint32 `protobuf:"varint,6,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
 	// A short machine error code such as "insufficient_quota" (no free text).
-	ErrorCode     string `protobuf:"bytes,7,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	ErrorCode string `protobuf:"bytes,7,opt,name=error_code,json=errorCode,proto3" json:"error_code,omitempty"`
+	// How many successes this report stands for: a client that admits a
+	// healthy connection from its mirror reports its successes in batches
+	// (all admitted under revision). 0 means one; above 1 only with
+	// OUTCOME_SUCCESS, no lease token, at most 1,000,000.
+	Count         uint32 `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1177,6 +1182,13 @@ func (x *ReportRequest) GetErrorCode() string {
 		return x.ErrorCode
 	}
 	return ""
+}
+
+func (x *ReportRequest) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
 }
 
 // ReportResponse says what the report changed.
@@ -2002,7 +2014,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12(\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\xb1\x02\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\xc7\x02\n" +
 	"\rReportRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -2016,7 +2028,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\vhttp_status\x18\x06 \x01(\rR\n" +
 	"httpStatus\x12\x1d\n" +
 	"\n" +
-	"error_code\x18\a \x01(\tR\terrorCode\"\xc9\x01\n" +
+	"error_code\x18\a \x01(\tR\terrorCode\x12\x14\n" +
+	"\x05count\x18\b \x01(\rR\x05count\"\xc9\x01\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
