@@ -117,11 +117,18 @@ func New(o Options) (*Server, error) {
 // them.
 func (s *Server) Close() { s.closeOnce.Do(func() { close(s.closing) }) }
 
+// CompressMinBytes is the smallest response the server compresses (when
+// the client accepts it). Admit and Report answers are 10-120 bytes: gzip
+// saves nothing on them, and resetting a gzip writer took about two fifths
+// of the handler's CPU per Admit (docs/decisions/0019-compression-threshold.md).
+const CompressMinBytes = 1024
+
 // Handler mounts the Connect services, gRPC health and reflection,
 // /metrics and the dashboard (at / and /ui/) on one handler.
 func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(MaxRequestBytes),
+		connect.WithCompressMinBytes(CompressMinBytes),
 		// A bug must cost one request, not the process: log it and answer
 		// internal.
 		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
