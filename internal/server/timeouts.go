@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -38,7 +39,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(s.bodyTO)) == nil {
-				b := &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+				b := &deadlineBody{ReadCloser: r.Body, timeout: s.bodyTO, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 				if r.ProtoMajor == 1 {
 					// Connect answers before the body is drained: close the
 					// connection with that answer rather than keep it alive
@@ -56,6 +57,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 // expired (if set) when the deadline cut the body off.
 type deadlineBody struct {
 	io.ReadCloser
+	timeout time.Duration
 	once    sync.Once
 	lift    func()
 	expired func()
@@ -66,8 +68,12 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	switch {
 	case errors.Is(err, io.EOF):
 		b.once.Do(b.lift)
-	case errors.Is(err, os.ErrDeadlineExceeded) && b.expired != nil:
-		b.once.Do(b.expired)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if b.expired != nil {
+			b.once.Do(b.expired)
+		}
+		// Say what happened, not which sockets it happened on.
+		err = fmt.Errorf("request body not received within %s: %w", b.timeout, os.ErrDeadlineExceeded)
 	}
 	return n, err
 }

@@ -77,6 +77,7 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 			t.Fatalf("connection %d still open after %s", i, bound)
 		}
 		assert.Contains(t, string(answer), "deadline_exceeded", "connection %d", i)
+		assert.Contains(t, string(answer), "request body not received within 200ms")
 	}
 	deadline := time.Now().Add(bound)
 	for runtime.NumGoroutine() > before+5 && time.Now().Before(deadline) {
