@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 )
 
@@ -100,4 +101,38 @@ func TestCrossSlotIsInternal(t *testing.T) {
 	got := unavailable("op", err)
 	assert.ErrorIs(t, got, ErrInternal)
 	assert.NotErrorIs(t, got, ErrUnavailable)
+}
+
+// TestStoreCallsClassifyRealFailures: the same classes through the
+// store's own calls on real Redis: a state key of the wrong type and an
+// ACL user without EVALSHA are internal; a Redis that is gone is
+// unavailable.
+func TestStoreCallsClassifyRealFailures(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := redistest.StartServer(t)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	c := Conn{Tenant: "t", ID: keys.ID{1}}
+	require.NoError(t, admin.Set(ctx, c.layout().State(), "not a hash", 0).Err())
+	require.NoError(t, admin.Do(ctx, "ACL", "SETUSER", "reader", "on", ">pw", "~*", "+@read", "+ping").Err())
+
+	st, err := New(admin, Options{})
+	require.NoError(t, err)
+	_, err = st.Admit(ctx, c)
+	assert.ErrorIs(t, err, ErrInternal, "WRONGTYPE at the state key: %v", err)
+	assert.NotErrorIs(t, err, ErrUnavailable)
+
+	reader := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "reader", Password: "pw"})
+	t.Cleanup(func() { _ = reader.Close() })
+	rst, err := New(reader, Options{})
+	require.NoError(t, err)
+	_, err = rst.Admit(ctx, Conn{Tenant: "t", ID: keys.ID{2}})
+	assert.ErrorIs(t, err, ErrInternal, "NOPERM: %v", err)
+	assert.Contains(t, err.Error(), "NOPERM")
+
+	srv.Stop()
+	_, err = st.Admit(ctx, Conn{Tenant: "t", ID: keys.ID{3}})
+	assert.ErrorIs(t, err, ErrUnavailable, "Redis gone: %v", err)
+	assert.ErrorIs(t, st.Ping(ctx), ErrUnavailable)
 }
