@@ -2,7 +2,7 @@
 BUF := npx --yes @bufbuild/buf@1.75.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: test preflight stress chaos generate check-generate lint fuzz bench storm build
+.PHONY: test preflight stress chaos generate check-generate lint fuzz bench bench-go storm build
 
 ## test: run the whole test suite (unit, real-Redis integration, e2e).
 test: preflight
@@ -65,8 +65,13 @@ fuzz:
 		go test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg || exit 1; \
 	done
 
-## bench: run the Go benchmarks (real Redis) and print their figures.
+## bench: the short benchmark command (under a minute): its own redis-server and
+## cooldownd, the floor beside Admit/Report/guard (docs/benchmarks.md).
 bench:
+	go run ./test/bench -short
+
+## bench-go: run the Go benchmarks (real Redis) and print their figures.
+bench-go:
 	go test -run='^$$' -bench=. -benchmem ./...
 
 ## chaos: the fault run with checked histories (about 2 minutes; see docs/reliability.md).

@@ -1,0 +1,292 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/redis/go-redis/v9"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+)
+
+// goroutinesPerClient is how many calls one simulated client process has
+// in flight at once.
+const goroutinesPerClient = 4
+
+// runCluster is the scaled-down real run of docs/scaling.md: a 3-master
+// Redis Cluster, o.replicas cooldownds, o.clients client processes (each
+// its own HTTP/2 connection to one replica) over o.conns connections; then
+// the model, calibrated by the per-op Redis cost measured here.
+func runCluster(ctx context.Context, o options, ps *procs) error {
+	addrs, err := ps.startCluster(ctx, 3)
+	if err != nil {
+		return err
+	}
+	var reps []replica
+	for i := range o.replicas {
+		r, err := ps.startCooldownd(ctx, fmt.Sprintf("cooldownd-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","))
+		if err != nil {
+			return err
+		}
+		reps = append(reps, r)
+	}
+	m := &measurer{o: o, results: map[phaseKey][]measured{}}
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		defer func() { _ = c.Close() }()
+		m.mon = append(m.mon, c)
+	}
+	for _, r := range reps {
+		m.cdPIDs = append(m.cdPIDs, r.pid)
+	}
+	ver, _ := m.mon[0].Info(ctx, "server").Result()
+	header(o, fmt.Sprintf("Redis Cluster %s, 3 masters; %d cooldownd replicas; %d client processes × %d goroutines; %d connections; all on loopback",
+		infoField(ver, "redis_version"), o.replicas, o.clients, goroutinesPerClient, o.conns))
+
+	workers := o.clients * goroutinesPerClient
+	cls := make([]cooldownv1connect.CooldownServiceClient, o.clients)
+	for p := range o.clients {
+		cls[p] = cooldownv1connect.NewCooldownServiceClient(h2c(), reps[p%len(reps)].url)
+	}
+	cl := func(w int) cooldownv1connect.CooldownServiceClient { return cls[w/goroutinesPerClient] }
+	conns := make([]*cooldownv1.Connection, o.conns)
+	for i := range conns {
+		conns[i] = conn(fmt.Sprintf("cluster-%d", i))
+	}
+	fmt.Fprintf(os.Stderr, "registering %d connections…\n", len(conns))
+	if err := register(ctx, cls, conns); err != nil {
+		return err
+	}
+	rrd := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer func() { _ = rrd.Close() }()
+	sha, err := rrd.ScriptLoad(ctx, "return 1").Result()
+	if err != nil {
+		return err
+	}
+	// Revisions are not tracked per connection: a healthy connection's
+	// report with revision 0 is a success all the same (it cannot close
+	// anything, nothing is open).
+	admitOn := func(ctx context.Context, w int, c *cooldownv1.Connection) error {
+		r, err := cl(w).Admit(ctx, connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{c}}))
+		if err == nil && r.Msg.GetDecision() != cooldownv1.Decision_DECISION_ALLOW {
+			err = fmt.Errorf("admit: %v", r.Msg.GetDecision())
+		}
+		return err
+	}
+	reportOn := func(ctx context.Context, w int, c *cooldownv1.Connection) error {
+		_, err := cl(w).Report(ctx, connect.NewRequest(&cooldownv1.ReportRequest{Connection: c, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, HttpStatus: 200}))
+		return err
+	}
+	pick := func() *cooldownv1.Connection { return conns[rand.N(len(conns))] }
+	hot := conns[0]
+	phases := []struct {
+		name string
+		rpcs int // RPCs per op
+		f    op
+	}{
+		{"floor: EVALSHA return 1 (cluster client)", 0, floorOp(rrd, sha)},
+		{"Admit, uniform", 1, func(ctx context.Context, w int) error { return admitOn(ctx, w, pick()) }},
+		{"Report SUCCESS, uniform", 1, func(ctx context.Context, w int) error { return reportOn(ctx, w, pick()) }},
+		{"Admit+Report, uniform", 2, func(ctx context.Context, w int) error {
+			c := pick()
+			if err := admitOn(ctx, w, c); err != nil {
+				return err
+			}
+			return reportOn(ctx, w, c)
+		}},
+		{"Admit+Report, one hot connection", 2, func(ctx context.Context, w int) error {
+			if err := admitOn(ctx, w, hot); err != nil {
+				return err
+			}
+			return reportOn(ctx, w, hot)
+		}},
+	}
+	type shardRow struct {
+		name  string
+		rpcs  int
+		s     sample
+		shard []redisStats
+		cd    time.Duration
+	}
+	var rows []shardRow
+	for _, ph := range phases {
+		var r0, r1 []redisStats
+		var c0, c1 time.Duration
+		var serr error
+		per := func() []redisStats {
+			var out []redisStats
+			for _, c := range m.mon {
+				s, err := readRedisStats(ctx, c)
+				if err != nil {
+					serr = err
+				}
+				out = append(out, s)
+			}
+			return out
+		}
+		s := drive(ctx, workers, o.warm, o.phase, ph.f, func() { r0 = per(); c0 = m.cpu() }, func() { c1 = m.cpu(); r1 = per() })
+		if serr != nil {
+			return fmt.Errorf("redis INFO: %w", serr)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		row := shardRow{name: ph.name, rpcs: ph.rpcs, s: s, cd: c1 - c0}
+		for i := range r0 {
+			row.shard = append(row.shard, r1[i].sub(r0[i]))
+		}
+		rows = append(rows, row)
+		fmt.Fprintf(os.Stderr, "%s done\n", ph.name)
+	}
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\tops/s\tp50\tp99\terrors\tshard 0 cmds/s\tshard 1 cmds/s\tshard 2 cmds/s\thottest ÷ mean\tredis cmd/op\tredis CPU µs/op\tcooldownd CPU µs/RPC\t")
+	var admitCPU, reportCPU, cdPerRPC float64
+	for i, r := range rows {
+		var tot redisStats
+		var cells []string
+		var hi float64
+		for _, sh := range r.shard {
+			tot = tot.add(sh)
+			v := float64(sh.calls) / r.s.dur.Seconds()
+			hi = math.Max(hi, v)
+			cells = append(cells, fmt.Sprintf("%.0f", v))
+		}
+		mean := float64(tot.calls) / r.s.dur.Seconds() / float64(len(r.shard))
+		n := math.Max(float64(r.s.n), 1)
+		cpuOp := tot.cpu * 1e6 / n
+		cd := "-"
+		if r.rpcs > 0 {
+			v := float64(r.cd.Microseconds()) / n / float64(r.rpcs)
+			cd = fmt.Sprintf("%.0f", v)
+			if i == 1 || i == 2 {
+				cdPerRPC += v / 2
+			}
+		}
+		switch i {
+		case 1:
+			admitCPU = cpuOp
+		case 2:
+			reportCPU = cpuOp
+		}
+		e := fmt.Sprint(r.s.errs)
+		if r.s.err != nil {
+			e += " (" + trunc(r.s.err.Error(), 50) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t%.1f\t%s\t\n", r.name, r.s.rate(), ms(float64(r.s.pct(0.5))), ms(float64(r.s.pct(0.99))), e,
+			strings.Join(cells, "\t"), hi/math.Max(mean, 1), float64(tot.calls)/n, cpuOp, cd)
+	}
+	_ = tw.Flush()
+	var keys []string
+	for i, sh := range rows[len(rows)-1].shard {
+		keys = append(keys, fmt.Sprintf("shard %d: %d", i, sh.keys))
+	}
+	fmt.Printf("keys per shard: %s\n", strings.Join(keys, ", "))
+	var rss []string
+	for _, r := range reps {
+		rss = append(rss, fmt.Sprintf("%.1f", float64(procStatusKB(r.pid, "VmHWM"))/1024))
+	}
+	fmt.Printf("cooldownd peak RSS (VmHWM) per replica, MB: %s\n\n", strings.Join(rss, ", "))
+	printModel(o.modelRate, admitCPU, reportCPU, cdPerRPC)
+	return nil
+}
+
+// register creates every connection (Admit, then Report SUCCESS) from 64
+// goroutines.
+func register(ctx context.Context, cls []cooldownv1connect.CooldownServiceClient, conns []*cooldownv1.Connection) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+		next = make(chan *cooldownv1.Connection)
+	)
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl := cls[g%len(cls)]
+			for c := range next {
+				_, err := cl.Admit(ctx, connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{c}}))
+				if err == nil {
+					_, err = cl.Report(ctx, connect.NewRequest(&cooldownv1.ReportRequest{Connection: c, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, HttpStatus: 200}))
+				}
+				if err != nil {
+					mu.Lock()
+					ferr = err
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, c := range conns {
+		next <- c
+	}
+	close(next)
+	wg.Wait()
+	return ferr
+}
+
+// Model parameters: the fleet of issue 14.
+const (
+	modelProcs    = 1000
+	modelReplicas = 16
+	modelConns    = 10000
+	modelInterval = 1.0 // s, the mirror's batch interval
+)
+
+// printModel prints the analytical model of docs/scaling.md: a fleet of
+// 1,000 client processes × 16 replicas × 10,000 connections, each process
+// making rate calls/s spread over the connections by a Zipf law (s = 1),
+// on S Redis Cluster shards, calibrated by the Redis CPU per Admit and per
+// Report and the cooldownd CPU per RPC measured above.
+func printModel(rate, admitUS, reportUS, cdUS float64) {
+	lambda := rate * modelProcs
+	var h float64
+	for i := 1; i <= modelConns; i++ {
+		h += 1 / float64(i)
+	}
+	p1 := 1 / h // the hottest connection's share of calls
+	// With the mirror, connection i costs one batched report per process
+	// that used it in an interval: P·(1-e^(-r·p_i·T))/T reports/s.
+	var mirrorOps, mirrorHot float64
+	for i := 1; i <= modelConns; i++ {
+		pi := 1 / (float64(i) * h)
+		v := modelProcs * (1 - math.Exp(-rate*pi*modelInterval)) / modelInterval
+		mirrorOps += v
+		if i == 1 {
+			mirrorHot = v
+		}
+	}
+	callUS := admitUS + reportUS
+	fmt.Printf("model: %d client processes × %.0f calls/s = %.0f calls/s, %d replicas, %d connections (Zipf s=1: the hottest carries %.1f%%),\n",
+		modelProcs, rate, lambda, modelReplicas, modelConns, 100*p1)
+	fmt.Printf("calibrated above: Redis CPU %.1f µs per Admit, %.1f µs per Report (a batched report assumed to cost one Report); cooldownd CPU %.0f µs per RPC.\n",
+		admitUS, reportUS, cdUS)
+	fmt.Printf("no mirror: every call is Admit + Report. mirror: one batched report per process per connection it used per %.0f s.\n", modelInterval)
+	fmt.Printf("hottest connection: %.0f Redis ops/s without the mirror, %.0f with it (bounded by the %d processes, whatever the call rate).\n",
+		2*lambda*p1, mirrorHot, modelProcs)
+	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores).\n\n",
+		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard at 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\t")
+	for _, s := range []float64{1, 3, 6, 12, 24, 48} {
+		hotShare := p1 + (1-p1)/s // the hot connection's slot plus an even share of the rest
+		noHot := 2 * lambda * hotShare
+		noCPU := lambda * hotShare * callUS / 1e6
+		maxCalls := 1e6 / (callUS * hotShare)
+		mHot := mirrorHot + (mirrorOps-mirrorHot)/s
+		mCPU := mHot * reportUS / 1e6
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU)
+	}
+	_ = tw.Flush()
+	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n", 1e6/(callUS*p1))
+}

@@ -1,0 +1,173 @@
+// Command bench measures cooldownd beside its floor. It starts its own
+// redis-server (free loopback port, no persistence) and cooldownd (built
+// from ./cmd/cooldownd), then for each concurrency runs bounded phases:
+//
+//   - floor: EVALSHA of `return 1` through go-redis, the least any
+//     Redis-backed decision service can cost per call;
+//   - Admit, Report SUCCESS, Admit+Report, a 3-candidate Admit whose first
+//     two candidates are cooling down, over Connect (proto), gRPC and
+//     Connect JSON;
+//   - the Go client's guard (client.Do with a no-op provider call).
+//
+// For each it prints req/s, p50/p99/p99.9, req/s and p99 as ratios to the
+// floor of the same run and concurrency, Redis commands and Redis CPU per
+// operation (INFO commandstats and INFO cpu deltas), Lua time per EVALSHA,
+// and cooldownd CPU per operation (/proc/<pid>/stat); then cooldownd's peak
+// RSS. With -runs N the phases are repeated in interleaved rounds and
+// every figure is the median over the rounds.
+//
+// With -cluster it runs on a 3-master Redis Cluster with several replicas
+// instead and prints per-shard load and the scaling model (docs/scaling.md).
+//
+//	go run ./test/bench                # full: c=1,16,64, 3 protocols, 2 s phases
+//	go run ./test/bench -short         # make bench: Connect only, 1 s phases
+//	go run ./test/bench -runs 3        # interleaved rounds, medians
+//	go run ./test/bench -cluster       # docs/scaling.md
+//
+// Figures are printed, never asserted: they depend on the machine and its
+// load.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+type options struct {
+	short     bool
+	phase     time.Duration
+	warm      time.Duration
+	conc      []int
+	runs      int
+	protos    []string
+	bin       string
+	dir       string
+	cluster   bool
+	replicas  int
+	clients   int
+	conns     int
+	modelRate float64
+}
+
+func main() {
+	code, err := run()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+	}
+	os.Exit(code)
+}
+
+func run() (int, error) {
+	var o options
+	var conc, protos string
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.BoolVar(&o.short, "short", false, "short run (make bench): Connect proto only, 1 s phases")
+	fs.DurationVar(&o.phase, "phase", 0, "measured length of each phase (default 2s; 1s with -short)")
+	fs.StringVar(&conc, "c", "1,16,64", "concurrencies (client goroutines)")
+	fs.IntVar(&o.runs, "runs", 1, "interleaved rounds; figures are medians over them")
+	fs.StringVar(&protos, "protocols", "", "protocols: connect,grpc,json (default all; connect with -short)")
+	fs.StringVar(&o.bin, "cooldownd", "", "cooldownd binary to measure (default: go build ./cmd/cooldownd)")
+	fs.StringVar(&o.dir, "dir", "", "directory for logs and data (default: a temporary one, removed)")
+	fs.BoolVar(&o.cluster, "cluster", false, "3-master Redis Cluster, several replicas, many clients (docs/scaling.md)")
+	fs.IntVar(&o.replicas, "replicas", 3, "with -cluster: cooldownd replicas")
+	fs.IntVar(&o.clients, "clients", 32, "with -cluster: client processes simulated (each its own HTTP/2 connection to one replica, 4 goroutines)")
+	fs.IntVar(&o.conns, "connections", 5000, "with -cluster: distinct connections")
+	fs.Float64Var(&o.modelRate, "model-rate", 100, "with -cluster: calls/s per client process in the model of 1,000 processes")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, nil
+		}
+		return 2, err
+	}
+	for _, s := range strings.Split(conc, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return 2, fmt.Errorf("-c: bad concurrency %q", s)
+		}
+		o.conc = append(o.conc, n)
+	}
+	if o.phase == 0 {
+		o.phase = 2 * time.Second
+		if o.short {
+			o.phase = time.Second
+		}
+	}
+	o.warm = min(200*time.Millisecond, o.phase/5)
+	switch {
+	case protos != "":
+		o.protos = strings.Split(protos, ",")
+	case o.short:
+		o.protos = []string{"connect"}
+	default:
+		o.protos = []string{"connect", "grpc", "json"}
+	}
+	for _, p := range o.protos {
+		if _, ok := protocolOpts(p); !ok {
+			return 2, fmt.Errorf("-protocols: unknown %q", p)
+		}
+	}
+	if o.runs < 1 {
+		o.runs = 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if o.dir == "" {
+		d, err := os.MkdirTemp("", "cooldownd-bench-")
+		if err != nil {
+			return 1, err
+		}
+		defer func() { _ = os.RemoveAll(d) }()
+		o.dir = d
+	} else if err := os.MkdirAll(o.dir, 0o755); err != nil {
+		return 1, err
+	}
+	ps := &procs{dir: o.dir}
+	defer ps.killAll()
+	if o.bin == "" {
+		bin, err := buildCooldownd(ctx, o.dir)
+		if err != nil {
+			return 1, err
+		}
+		o.bin = bin
+	}
+	var err error
+	if o.cluster {
+		err = runCluster(ctx, o, ps)
+	} else {
+		err = runSingle(ctx, o, ps)
+	}
+	if err != nil {
+		return 1, err
+	}
+	return 0, nil
+}
+
+func protocolOpts(name string) ([]connect.ClientOption, bool) {
+	for _, p := range protocols {
+		if p.name == name {
+			return p.opts, true
+		}
+	}
+	return nil, false
+}
+
+// header prints the conditions of the run.
+func header(o options, what string) {
+	load, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("cooldownd bench: %s; %d cores (GOMAXPROCS %d), load average %s\n", what, runtime.NumCPU(), runtime.GOMAXPROCS(0),
+		strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Printf("phases of %v (after %v unmeasured), %d round(s)%s; cooldownd %s\n", o.phase, o.warm, o.runs,
+		map[bool]string{true: ", medians over rounds", false: ""}[o.runs > 1], o.bin)
+	fmt.Println("command: go run ./test/bench " + strings.Join(os.Args[1:], " "))
+	fmt.Println()
+}
