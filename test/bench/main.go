@@ -57,6 +57,7 @@ type options struct {
 	clients   int
 	conns     int
 	modelRate float64
+	ops       map[string]bool
 }
 
 func main() {
@@ -69,13 +70,14 @@ func main() {
 
 func run() (int, error) {
 	var o options
-	var conc, protos string
+	var conc, protos, ops string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.BoolVar(&o.short, "short", false, "short run (make bench): Connect proto only, 1 s phases")
 	fs.DurationVar(&o.phase, "phase", 0, "measured length of each phase (default 2s; 1s with -short)")
 	fs.StringVar(&conc, "c", "1,16,64", "concurrencies (client goroutines)")
 	fs.IntVar(&o.runs, "runs", 1, "interleaved rounds; figures are medians over them")
 	fs.StringVar(&protos, "protocols", "", "protocols: connect,grpc,json (default all; connect with -short)")
+	fs.StringVar(&ops, "ops", "admit,report,admitreport,admit3,guard", "phases besides the floor: admit, report, admitreport, admit3, guard")
 	fs.StringVar(&o.bin, "cooldownd", "", "cooldownd binary to measure (default: go build ./cmd/cooldownd)")
 	fs.StringVar(&o.dir, "dir", "", "directory for logs and data (default: a temporary one, removed)")
 	fs.BoolVar(&o.cluster, "cluster", false, "3-master Redis Cluster, several replicas, many clients (docs/scaling.md)")
@@ -114,6 +116,15 @@ func run() (int, error) {
 	for _, p := range o.protos {
 		if _, ok := protocolOpts(p); !ok {
 			return 2, fmt.Errorf("-protocols: unknown %q", p)
+		}
+	}
+	o.ops = map[string]bool{}
+	for _, n := range strings.Split(ops, ",") {
+		switch n = strings.TrimSpace(n); n {
+		case "admit", "report", "admitreport", "admit3", "guard":
+			o.ops[n] = true
+		default:
+			return 2, fmt.Errorf("-ops: unknown %q", n)
 		}
 	}
 	if o.runs < 1 {

@@ -168,13 +168,20 @@ func runSingle(ctx context.Context, o options, ps *procs) error {
 			for _, p := range o.protos {
 				ops := rpc[p]
 				for _, ph := range []struct {
-					name string
-					f    op
-				}{{"Admit", ops.admit}, {"Report SUCCESS", ops.report}, {"Admit+Report", ops.admitReport}, {"Admit 3 cand. (2 cooling)", ops.admit3}} {
+					id, name string
+					f        op
+				}{{"admit", "Admit", ops.admit}, {"report", "Report SUCCESS", ops.report}, {"admitreport", "Admit+Report", ops.admitReport},
+					{"admit3", "Admit 3 cand. (2 cooling)", ops.admit3}} {
+					if !o.ops[ph.id] {
+						continue
+					}
 					if _, err := m.phase(ctx, phaseKey{c, p, ph.name}, ph.f, fl.s); err != nil {
 						return err
 					}
 				}
+			}
+			if !o.ops["guard"] {
+				continue
 			}
 			if _, err := m.phase(ctx, phaseKey{c, "connect", "client.Do guard (no-op call)"}, guard, fl.s); err != nil {
 				return err
