@@ -33,6 +33,7 @@ type config struct {
 	readTimeout     time.Duration
 	requestTimeout  time.Duration
 	readyTimeout    time.Duration
+	streamTimeout   time.Duration
 	waitReplicas    int
 	waitTimeout     time.Duration
 	// unknownEnv are COOLDOWND_* variables that set nothing (typos, or
@@ -76,6 +77,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 200*time.Millisecond, "bound of each Redis round trip (a request's shorter deadline wins); keep it under the clients' admit timeout (250ms)")
 	fs.DurationVar(&c.readTimeout, "read-timeout", 5*time.Second, "a request's headers, then its body, must arrive within this")
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 10*time.Second, "bound of each unary RPC (a caller's shorter deadline wins); watch streams are not bounded")
+	fs.DurationVar(&c.streamTimeout, "stream-write-timeout", 30*time.Second, "a watch stream whose client does not take a write within this is ended")
 	fs.DurationVar(&c.readyTimeout, "readiness-timeout", time.Second, "/healthz and grpc health answer within this; keep it under the probes' timeoutSeconds")
 	fs.IntVar(&c.waitReplicas, "wait-replicas", 0, "answer a report that opens a connection only once this many replicas have it (WAIT); 0: asynchronous replication (see docs/reliability.md)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", store.DefaultReplicaTimeout, "with --wait-replicas: how long such a report waits before it fails unavailable")
@@ -190,7 +192,7 @@ func (c config) validate() error {
 		name string
 		v    time.Duration
 	}{{"--redis-timeout", c.redisTimeout}, {"--read-timeout", c.readTimeout}, {"--request-timeout", c.requestTimeout},
-		{"--readiness-timeout", c.readyTimeout}, {"--wait-timeout", c.waitTimeout}} {
+		{"--readiness-timeout", c.readyTimeout}, {"--wait-timeout", c.waitTimeout}, {"--stream-write-timeout", c.streamTimeout}} {
 		if d.v < time.Millisecond {
 			errs = append(errs, fmt.Errorf("%s must be at least 1ms, got %s", d.name, d.v))
 		}

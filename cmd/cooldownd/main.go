@@ -75,7 +75,8 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 		return err
 	}
 	go func() { _ = st.Run(ctx) }() // timed transitions are applied and published on time (one replica sweeps)
-	opts := server.Options{Store: st, Logger: log, BodyTimeout: cfg.readTimeout, RequestTimeout: cfg.requestTimeout, ReadinessTimeout: cfg.readyTimeout}
+	opts := server.Options{Store: st, Logger: log, BodyTimeout: cfg.readTimeout, RequestTimeout: cfg.requestTimeout, ReadinessTimeout: cfg.readyTimeout,
+		StreamWriteTimeout: cfg.streamTimeout}
 	if authn != nil {
 		opts.Auth = authn
 	}

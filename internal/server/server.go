@@ -69,6 +69,10 @@ type Options struct {
 	RequestTimeout time.Duration
 	// ReadinessTimeout bounds /healthz and grpc.health.v1 checks (zero: 1 s).
 	ReadinessTimeout time.Duration
+	// StreamWriteTimeout bounds each write of a watch stream (zero: 30 s;
+	// negative: none): a watcher that stops reading is cut off instead of
+	// holding its handler, blocked on a full connection, forever.
+	StreamWriteTimeout time.Duration
 	// Now, for tests only, replaces the wall clock of log rate limiting.
 	Now func() time.Time
 }
@@ -82,6 +86,7 @@ type Server struct {
 	bodyTO    time.Duration
 	requestTO time.Duration
 	readyTO   time.Duration
+	streamTO  time.Duration
 	errLog    *errorLog
 	metrics   *Metrics
 	closing   chan struct{}
@@ -97,7 +102,7 @@ func New(o Options) (*Server, error) {
 	}
 	s := &Server{store: o.Store, log: o.Logger, auth: o.Auth, heartbeat: o.Heartbeat, closing: make(chan struct{}),
 		bodyTO: orDefault(o.BodyTimeout, 5*time.Second), requestTO: orDefault(o.RequestTimeout, 10*time.Second),
-		readyTO: orDefault(o.ReadinessTimeout, time.Second)}
+		readyTO: orDefault(o.ReadinessTimeout, time.Second), streamTO: orDefault(o.StreamWriteTimeout, 30*time.Second)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

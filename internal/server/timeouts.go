@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,13 +31,14 @@ func orDefault(d, def time.Duration) time.Duration {
 // ReadHeaderTimeout). Connect reads the body before it authenticates, so
 // without it a client sending one byte a second holds a goroutine and a
 // connection for as long as it likes. The deadline is lifted once the body
-// is read to its end: a watch stream then lives as long as its caller.
+// is read to its end: a watch stream then lives as long as its caller. A
+// watch stream's writes are bounded by s.streamTO each.
 func (s *Server) limitBody(next http.Handler) http.Handler {
-	if s.bodyTO <= 0 {
-		return next
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
+		if s.streamTO > 0 && strings.HasSuffix(r.URL.Path, "/WatchConnections") {
+			w = &stallGuard{ResponseWriter: w, rc: http.NewResponseController(w), d: s.streamTO}
+		}
+		if s.bodyTO > 0 && r.Body != nil && r.Body != http.NoBody {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(s.bodyTO)) == nil {
 				b := &deadlineBody{ReadCloser: r.Body, timeout: s.bodyTO, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
@@ -77,6 +79,30 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// stallGuard gives each write and flush of a stream a deadline, lifted
+// when it completes: a stream may be idle for any time, but one write may
+// not wait on a peer that stopped reading for longer than d.
+type stallGuard struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (g *stallGuard) Write(p []byte) (int, error) {
+	_ = g.rc.SetWriteDeadline(time.Now().Add(g.d))
+	defer func() { _ = g.rc.SetWriteDeadline(time.Time{}) }()
+	return g.ResponseWriter.Write(p)
+}
+
+func (g *stallGuard) Flush() {
+	_ = g.rc.SetWriteDeadline(time.Now().Add(g.d))
+	defer func() { _ = g.rc.SetWriteDeadline(time.Time{}) }()
+	_ = g.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (g *stallGuard) Unwrap() http.ResponseWriter { return g.ResponseWriter }
 
 // timeoutInterceptor bounds unary RPCs by s.requestTO (a caller's shorter
 // deadline still wins). Streams pass through untouched.

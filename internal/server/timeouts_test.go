@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,4 +146,68 @@ func testIDOf(t *testing.T, b []byte) keys.ID {
 	id, err := keys.IDFromBytes(b)
 	require.NoError(t, err)
 	return id
+}
+
+// smallBuffers accepts connections with a tiny socket send buffer, so a
+// peer that stops reading blocks the server's writes after a few KB.
+type smallBuffers struct{ net.Listener }
+
+func (l smallBuffers) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(1024)
+	}
+	return c, err
+}
+
+// TestStalledWatcherIsCutOff: a watcher that stops reading cannot hold its
+// handler (and its watch slot) blocked on a full connection: the stream's
+// write deadline ends it.
+func TestStalledWatcherIsCutOff(t *testing.T) {
+	t.Parallel()
+	_, rdb := redistest.Mini(t)
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.DiscardHandler), StreamWriteTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	hs := httptest.NewUnstartedServer(srv.Handler())
+	hs.Listener = smallBuffers{hs.Listener}
+	hs.Start()
+	t.Cleanup(hs.Close)
+	t.Cleanup(srv.Close)
+
+	c, err := net.Dial("tcp", hs.Listener.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.(*net.TCPConn).SetReadBuffer(1024))
+	msg := []byte("{}")
+	env := append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...)
+	_, err = fmt.Fprintf(c, "POST /cooldown.v1.CooldownService/WatchConnections HTTP/1.1\r\nHost: x\r\n"+
+		"Content-Type: application/connect+json\r\nContent-Length: %d\r\n\r\n%s", len(env), env)
+	require.NoError(t, err)
+	// The stream is open once the gauge says so; then this peer never reads.
+	streams := func() float64 { return scrape(t, hs.URL)["cooldownd_watch_streams{}"] }
+	deadline := time.Now().Add(bound)
+	for streams() != 1 {
+		require.True(t, time.Now().Before(deadline), "the watch stream never opened")
+		time.Sleep(10 * time.Millisecond)
+	}
+	began := time.Now()
+	for i := range 100 { // ~50 KB, far more than the socket buffers hold
+		_, err := st.Force(context.Background(), keys.DefaultTenant, testIDOf(t, bytes32(i)), breaker.ForcedOpen, 0, "ops", strings.Repeat("r", 250))
+		require.NoError(t, err)
+	}
+	t.Logf("100 overrides in %s", time.Since(began))
+	deadline = time.Now().Add(bound)
+	for streams() != 0 {
+		require.True(t, time.Now().Before(deadline), "a watcher that stopped reading still holds its stream after %s", bound)
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("stream cut off %s after the overrides", time.Since(deadline.Add(-bound)))
+}
+
+func bytes32(i int) []byte {
+	b := make([]byte, 32)
+	b[0], b[1] = byte(i), byte(i>>8)
+	return b
 }
