@@ -93,10 +93,14 @@ func (h *hub) join(s *Store, ctx context.Context, tenant string, ch chan Transit
 			return nil
 		}
 		h.mu.Unlock()
+		if f.err != nil && !errors.Is(f.err, context.Canceled) {
+			return f.err // Redis refused or did not confirm in time
+		}
+		// The feed failed because its opener left, or ended between its
+		// confirmation and this join: retry.
 		if f.err != nil {
 			err = f.err
 		}
-		// The feed failed (perhaps only because its opener left): retry.
 	}
 	return err
 }

@@ -80,7 +80,10 @@ func (g *gatedDialer) dial(ctx context.Context, network, addr string) (net.Conn,
 	gate := g.gate
 	g.mu.Unlock()
 	if gate != nil {
-		g.blocked <- struct{}{}
+		select { // tell the test; never block on it
+		case g.blocked <- struct{}{}:
+		default:
+		}
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -175,4 +178,45 @@ func TestWatchersJoiningAnOpeningFeedShareIt(t *testing.T) {
 		assert.Equal(t, testID(1), tr.ID)
 	}
 	assert.Equal(t, 1, m.PubSubNumSub("cd:ev:a")["cd:ev:a"], "one subscription for all of them")
+}
+
+// TestWatcherOutlivesAnOpenerThatLeft: when the first watcher of a tenant
+// leaves while its subscription is being confirmed, a watcher waiting for
+// that feed opens a new one instead of failing.
+func TestWatcherOutlivesAnOpenerThatLeft(t *testing.T) {
+	t.Parallel()
+	m, _ := redistest.Mini(t)
+	g := &gatedDialer{blocked: make(chan struct{}, 2)}
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), Dialer: g.dial})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, rdb.Ping(ctx).Err())
+	g.close()
+	openerCtx, leave := context.WithCancel(ctx)
+	openerDone := make(chan error, 1)
+	go func() {
+		_, err := st.Watch(openerCtx, "a")
+		openerDone <- err
+	}()
+	<-g.blocked // the opener dials
+	waiter := make(chan (<-chan store.Transition), 1)
+	go func() {
+		ch, err := st.Watch(ctx, "a")
+		assert.NoError(t, err)
+		waiter <- ch
+	}()
+	time.Sleep(50 * time.Millisecond) // let the waiter find the opening feed (either order is correct)
+	leave()
+	require.Error(t, <-openerDone)
+	<-g.blocked // the waiter dials a feed of its own
+	g.open()
+	ch := <-waiter
+	_, err = st.Force(ctx, "a", testID(1), breaker.ForcedOpen, 0, "ops", "")
+	require.NoError(t, err)
+	tr, ok := recv(t, ctx, ch)
+	require.True(t, ok)
+	assert.Equal(t, testID(1), tr.ID)
 }
