@@ -92,4 +92,4 @@ ts-deps:
 ## test-ts: the TypeScript client: tsc, then node --test (unit, the fixtures shared with Go, the
 ## breaker differential against internal/breaker, e2e against a real cooldownd and a Go client).
 test-ts: ts-deps
-	cd clients/ts && rm -rf build/src build/test && npx tsc -p tsconfig.json && node --test build/test/*.test.js
+	cd clients/ts && rm -rf build/src build/test && npx tsc -p tsconfig.json && node --test --test-timeout=180000 build/test/*.test.js

@@ -38,21 +38,33 @@ function conn(c: Client): Conn {
 const failure = () => classify({}, { status: 503, headers: new Headers() }, undefined, undefined);
 const ok = () => classify({}, { status: 200, headers: new Headers() }, undefined, undefined);
 
+const proxies: Proxy[] = [];
+async function proxyUp(): Promise<Proxy> {
+  const p = new Proxy(server.port);
+  proxies.push(p);
+  await p.up();
+  return p;
+}
+
 before(async () => {
   server = await startServer(fastPolicy);
   provider = await FakeProvider.start();
+  // Warm the server (its first scripts load) so that the first timed call below is not the first ever.
+  const warm = newClient(server.url, { admitTimeoutMs: 5000 });
+  const x = conn(warm);
+  await warm.report(await warm.admit([x]), ok());
 });
 after(async () => {
+  for (const p of proxies) await p.cut();
   for (const c of clients) await c.close();
   await provider.close();
   await server.stop();
 });
 
 test("one failed call is decided in-process for that call only; three in a row degrade, logged once; one answer recovers", async () => {
-  const proxy = new Proxy(server.port);
-  await proxy.up();
+  const proxy = await proxyUp();
   const { lines, logger } = recordingLogger();
-  const c = newClient(proxy.url, { logger, serviceRetryMs: 100 });
+  const c = newClient(proxy.url, { logger, serviceRetryMs: 100, admitTimeoutMs: 1000 });
   const x = conn(c);
   assert.equal((await c.admit([x])).local, false);
   await proxy.cut();
@@ -65,7 +77,7 @@ test("one failed call is decided in-process for that call only; three in a row d
   assert.equal(c.degraded(), true, "the third in a row degrades");
   const t0 = Date.now();
   const a4 = await c.admit([x]);
-  assert.ok(a4.local && Date.now() - t0 < 50, "degraded: decided in-process without waiting on cooldownd");
+  assert.ok(a4.local && Date.now() - t0 < 500, "degraded: decided in-process without waiting on cooldownd");
   assert.equal(lines.filter((l) => l.level === "warn" && l.msg.startsWith("cooldownd unreachable")).length, 1);
   assert.equal(c.stats().degradations, 1);
   await proxy.up();
@@ -79,21 +91,21 @@ test("one failed call is decided in-process for that call only; three in a row d
 
 test("a hung cooldownd is bounded by the admit timeout; failures spread over the window do not degrade", async () => {
   const hole = await blackhole();
-  const c = newClient(hole.url, { degradeWindowMs: 400 });
+  after(() => hole.close());
+  const c = newClient(hole.url, { admitTimeoutMs: 100, degradeWindowMs: 2000 });
   const x = conn(c);
   const t0 = Date.now();
   const a = await c.admit([x]);
   const took = Date.now() - t0;
   assert.ok(a.local, "decided in-process");
-  assert.ok(took >= 140 && took < 600, `took ${took} ms`);
+  assert.ok(took >= 95 && took < 1500, `took ${took} ms`);
   await c.admit([x]);
-  await sleep(450); // the window passes: the streak starts again
+  await sleep(2100); // the window passes: the streak starts again
   await c.admit([x]);
   assert.equal(c.degraded(), false);
   await c.admit([x]);
   await c.admit([x]);
   assert.equal(c.degraded(), true);
-  await hole.close();
 });
 
 test("fail closed: the call is denied unavailable, the provider is not called", async () => {
@@ -110,7 +122,7 @@ test("several endpoints: a dead one is failed over within the call, no outage", 
   const dead = `http://127.0.0.1:${await freePort()}`;
   for (let i = 0; i < 4; i++) {
     // The start endpoint is random per client: try a few.
-    const c = newClient(`${dead},${server.url}`);
+    const c = newClient(`${dead},${server.url}`, { admitTimeoutMs: 2000 });
     for (let k = 0; k < 5; k++) assert.equal((await c.admit([conn(c)])).local, false);
     assert.equal(c.degraded(), false);
     assert.equal(c.stats().localDecisions, 0);
@@ -118,10 +130,9 @@ test("several endpoints: a dead one is failed over within the call, no outage", 
 });
 
 test("a probe's report that cooldownd could not take is queued and releases the lease when it answers", async () => {
-  const proxy = new Proxy(server.port);
-  await proxy.up();
-  const c = newClient(proxy.url, { degradeAfter: 100 });
-  const direct = newClient(server.url);
+  const proxy = await proxyUp();
+  const c = newClient(proxy.url, { degradeAfter: 100, admitTimeoutMs: 1000 });
+  const direct = newClient(server.url, { admitTimeoutMs: 2000 });
   const x = conn(c);
   // Open the connection, wait for half-open, take the probe through the proxy.
   for (;;) {
@@ -150,10 +161,9 @@ test("a probe's report that cooldownd could not take is queued and releases the 
 });
 
 test("outcomes decided in-process that the fleet must learn are queued and delivered", async () => {
-  const proxy = new Proxy(server.port);
-  await proxy.up();
-  const c = newClient(proxy.url);
-  const direct = newClient(server.url);
+  const proxy = await proxyUp();
+  const c = newClient(proxy.url, { admitTimeoutMs: 1000 });
+  const direct = newClient(server.url, { admitTimeoutMs: 2000 });
   const x = conn(c);
   await c.admit([x]); // learn a revision
   await proxy.cut();

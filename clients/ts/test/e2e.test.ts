@@ -22,7 +22,9 @@ const clients: Client[] = [];
 let n = 0;
 
 function newClient(opts: ClientOptions = {}, url = server.url): Client {
-  const c = new Client(url, { logger: silentLogger, ...opts });
+  // A generous admit timeout: these tests are about decisions, not timeouts
+  // (a loaded CI machine must not turn them into local ones).
+  const c = new Client(url, { logger: silentLogger, admitTimeoutMs: 2000, ...opts });
   clients.push(c);
   return c;
 }
@@ -63,6 +65,8 @@ async function untilProbe(c: Client, x: Conn): Promise<Admission> {
 before(async () => {
   server = await startServer(fastPolicy);
   provider = await FakeProvider.start();
+  const warm = newClient();
+  await warm.report(await warm.admit([conn(warm)]), ok());
 });
 after(async () => {
   for (const c of clients) await c.close();

@@ -18,7 +18,7 @@ let cd: Client;
 before(async () => {
   server = await startServer(fastPolicy);
   provider = await FakeProvider.start();
-  cd = new Client(server.url, { logger: silentLogger, backoffBaseMs: 20 });
+  cd = new Client(server.url, { logger: silentLogger, backoffBaseMs: 20, admitTimeoutMs: 2000 });
 });
 after(async () => {
   await cd.close();
@@ -55,7 +55,7 @@ test("openai: a final error response reaches the SDK as its usual error; the nex
   await assert.rejects(oa.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "x" }] }),
     (e: unknown) => e instanceof OpenAI.AuthenticationError && e.status === 401 && e.code === "invalid_api_key");
   // The auth block is shared: a second SDK client (another process) is denied without calling the provider.
-  const other = new Client(server.url, { logger: silentLogger, noWait: true });
+  const other = new Client(server.url, { logger: silentLogger, noWait: true, admitTimeoutMs: 2000 });
   const oa2 = new OpenAI({ apiKey: key, baseURL: provider.url + "/v1", fetch: other.fetch(other.connection({ provider: "openai", endpoint: provider.url + "/v1", credential: key })), maxRetries: 0 });
   await assert.rejects(oa2.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "x" }] }),
     (e: unknown) => causes(e).some((c) => c instanceof DeniedError && c.reason === DenyReason.Auth));
@@ -95,7 +95,7 @@ test("openai: a stream is returned at its headers and never replayed", async () 
 test("anthropic: a 529 overloaded is retried by the guard after the floor; the message parsed", async () => {
   const key = `sk-ant-${process.pid}`;
   const sleeps: number[] = [];
-  const guard = new Client(server.url, { logger: silentLogger, sleep: async (ms) => { sleeps.push(ms); await new Promise((r) => setTimeout(r, Math.min(ms, 600))); } });
+  const guard = new Client(server.url, { logger: silentLogger, admitTimeoutMs: 2000, sleep: async (ms) => { sleeps.push(ms); await new Promise((r) => setTimeout(r, Math.min(ms, 600))); } });
   const conn = guard.connection({ provider: "anthropic", endpoint: provider.url, credential: key, scope: "claude-sonnet-4" });
   const an = new Anthropic({ apiKey: key, baseURL: provider.url, fetch: guard.fetch(conn), maxRetries: 0 });
   provider.answer(json(529, { type: "error", error: { type: "overloaded_error", message: "Overloaded" } }), json(200, anthropicMessage("hello")));

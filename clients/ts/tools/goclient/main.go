@@ -67,7 +67,7 @@ func run(server, provider, endpoint, credential, scope, saltHex, label string) e
 	if err != nil {
 		return err
 	}
-	c, err := client.New(server, client.WithSalt(salt), client.WithNoWait(),
+	c, err := client.New(server, client.WithSalt(salt), client.WithNoWait(), client.WithAdmitTimeout(2*time.Second),
 		client.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		return err
