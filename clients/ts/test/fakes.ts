@@ -78,6 +78,8 @@ export class Proxy {
   private server: NetServer | undefined;
   private sockets = new Set<Socket>();
   port = 0;
+  /** Every byte the clients sent through the proxy. */
+  readonly sent: Buffer[] = [];
 
   constructor(private readonly target: number) {}
 
@@ -90,6 +92,7 @@ export class Proxy {
       const drop = () => { down.destroy(); up.destroy(); this.sockets.delete(down); this.sockets.delete(up); };
       down.on("error", drop).on("close", drop);
       up.on("error", drop).on("close", drop);
+      down.on("data", (b: Buffer) => this.sent.push(Buffer.from(b)));
       down.pipe(up).pipe(down);
     });
     await new Promise<void>((r) => server.listen(this.port, "127.0.0.1", r));

@@ -9,7 +9,7 @@ import { DenyReason } from "../src/breaker.js";
 import { DeniedError } from "../src/errors.js";
 import { silentLogger } from "../src/log.js";
 import { fastPolicy, startServer, type Server } from "./helpers.js";
-import { FakeProvider, anthropicMessage, chatCompletion, json } from "./fakes.js";
+import { FakeProvider, Proxy, anthropicMessage, chatCompletion, json } from "./fakes.js";
 
 let server: Server;
 let provider: FakeProvider;
@@ -104,4 +104,35 @@ test("anthropic: a 529 overloaded is retried by the guard after the floor; the m
   assert.equal(provider.requests.length, 2);
   assert.ok(sleeps.some((s) => s >= 5000), `the overload floor: ${sleeps}`);
   await guard.close();
+});
+
+test("no credential or prompt ever reaches cooldownd, on any path", async () => {
+  // Every byte the client sends to cooldownd goes through a recording proxy:
+  // admits, reports, the queue after a cut, local outcomes, refusals.
+  const proxy = new Proxy(server.port);
+  await proxy.up();
+  const key = "sk-canary-" + "7".repeat(40);
+  const prompt = "CANARY PROMPT " + process.pid;
+  const c = new Client(proxy.url, { logger: silentLogger, admitTimeoutMs: 2000, backoffBaseMs: 10, maxWaitMs: 1000 });
+  const conn = c.connection({ provider: "openai", endpoint: provider.url + "/v1", credential: key, scope: "gpt-4o" });
+  const oa = new OpenAI({ apiKey: key, baseURL: provider.url + "/v1", fetch: c.fetch(conn), maxRetries: 0 });
+  const ask = () => oa.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: prompt }] });
+  provider.answer(json(429, { error: { code: "rate_limit_exceeded", message: prompt } }, { "retry-after-ms": "50" }), json(200, chatCompletion(prompt)),
+    json(200, chatCompletion(prompt), { "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "100ms" }),
+    json(401, { error: { code: "invalid_api_key", message: `Incorrect API key provided: ${key}` } }));
+  await ask();
+  await ask();
+  await assert.rejects(ask());
+  await proxy.cut(); // then the report queue and local outcomes
+  await assert.rejects(ask());
+  await proxy.up();
+  await c.flush({ signal: AbortSignal.timeout(5000) });
+  await c.close();
+  await proxy.cut();
+  const sent = Buffer.concat(proxy.sent);
+  assert.ok(sent.length > 500, `only ${sent.length} bytes recorded`);
+  for (const secret of [key, key.slice(3, 23), prompt, Buffer.from(key).toString("base64").slice(0, 20)]) {
+    assert.equal(sent.indexOf(secret), -1, `cooldownd received ${JSON.stringify(secret)}`);
+  }
+  assert.ok(provider.requests.length >= 4);
 });
