@@ -315,17 +315,17 @@ func sized(n, underRace int) int {
 func TestDifferentialMiniredis(t *testing.T) {
 	t.Parallel()
 	m, c := redistest.Mini(t)
-	runDifferential(t, c, m, sized(100, 5), 60)
+	runDifferential(t, c, m, sized(100, 2), 60)
 }
 
 func TestDifferentialRealRedis(t *testing.T) {
 	t.Parallel()
 	c := redistest.Real(t)
-	runDifferential(t, c, nil, sized(1000, 60), 60)
+	runDifferential(t, c, nil, sized(1000, 30), 60)
 }
 
 func TestDifferentialCluster(t *testing.T) {
 	t.Parallel()
 	c := redistest.Cluster(t)
-	runDifferential(t, c, nil, sized(200, 20), 60)
+	runDifferential(t, c, nil, sized(200, 8), 60)
 }

@@ -51,7 +51,7 @@ func TestProbeInFlightRetryAfterIsAlwaysPositive(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Go(func() {
-			for range 1500 {
+			for range sized(1500, 400) {
 				d, err := st.Admit(context.Background(), c)
 				if !assert.NoError(t, err) {
 					return
