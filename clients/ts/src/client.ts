@@ -776,6 +776,7 @@ export async function readErrorBody(resp: Response, limit: number, signal?: Abor
   const chunks: Uint8Array[] = [];
   let size = 0;
   const onAbort = () => { void reader.cancel().catch(() => {}); };
+  if (signal?.aborted) onAbort(); // a listener added now would never fire
   signal?.addEventListener("abort", onAbort, { once: true });
   try {
     while (size < limit) {

@@ -136,3 +136,17 @@ test("connections: labels, validation, no credential in errors", () => {
   assert.throws(() => new Client("http://h", { salt: new Uint8Array(3) }), /salt/);
   assert.throws(() => new Client("http://h", { localPolicy: { ...defaultPolicy(), maxProbes: 0 } }), /max_probes/);
 });
+
+test("readErrorBody: bounded, and a stalled body ends with the caller's signal", async () => {
+  const { readErrorBody } = await import("../src/client.js");
+  const big = new Response("x".repeat(100_000), { status: 500 });
+  assert.equal((await readErrorBody(big, 1000)).length, 1000);
+  let pulls = 0;
+  const stalled = new Response(new ReadableStream({ pull(c) { if (pulls++ === 0) c.enqueue(new TextEncoder().encode("{\"err")); return new Promise(() => {}); } }), { status: 503 });
+  const ctl = new AbortController();
+  setTimeout(() => ctl.abort(), 50);
+  const got = await readErrorBody(stalled, 1000, ctl.signal);
+  assert.equal(new TextDecoder().decode(got), "{\"err", "a short read is kept");
+  const already = new Response(new ReadableStream({ pull() { return new Promise(() => {}); } }), { status: 503 });
+  assert.equal((await readErrorBody(already, 1000, AbortSignal.abort())).length, 0);
+});
