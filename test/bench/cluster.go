@@ -196,7 +196,12 @@ func runCluster(ctx context.Context, o options, ps *procs) error {
 		rss = append(rss, fmt.Sprintf("%.1f", float64(procStatusKB(r.pid, "VmHWM"))/1024))
 	}
 	fmt.Printf("cooldownd peak RSS (VmHWM) per replica, MB: %s\n\n", strings.Join(rss, ", "))
-	printModel(o.modelRate, admitCPU, reportCPU, cdPerRPC)
+	fmt.Printf("model, calibrated above: Redis CPU %.1f µs per Admit, %.1f µs per Report (a batched report assumed to cost one Report); cooldownd CPU %.0f µs per RPC.\n",
+		admitCPU, reportCPU, cdPerRPC)
+	fmt.Printf("no mirror: every call is Admit + Report. mirror: one batched report per process per connection it used per %.0f s.\n\n", modelInterval)
+	for _, r := range o.modelRate {
+		printModel(r, admitCPU, reportCPU, cdPerRPC)
+	}
 	return nil
 }
 
@@ -267,17 +272,14 @@ func printModel(rate, admitUS, reportUS, cdUS float64) {
 		}
 	}
 	callUS := admitUS + reportUS
-	fmt.Printf("model: %d client processes × %.0f calls/s = %.0f calls/s, %d replicas, %d connections (Zipf s=1: the hottest carries %.1f%%),\n",
+	fmt.Printf("%d client processes × %.0f calls/s = %.0f calls/s, %d replicas, %d connections (Zipf s=1: the hottest carries %.1f%%),\n",
 		modelProcs, rate, lambda, modelReplicas, modelConns, 100*p1)
-	fmt.Printf("calibrated above: Redis CPU %.1f µs per Admit, %.1f µs per Report (a batched report assumed to cost one Report); cooldownd CPU %.0f µs per RPC.\n",
-		admitUS, reportUS, cdUS)
-	fmt.Printf("no mirror: every call is Admit + Report. mirror: one batched report per process per connection it used per %.0f s.\n", modelInterval)
-	fmt.Printf("hottest connection: %.0f Redis ops/s without the mirror, %.0f with it (bounded by the %d processes, whatever the call rate).\n",
-		2*lambda*p1, mirrorHot, modelProcs)
+	fmt.Printf("store ops/s (one Admit or Report script each): %.0f without the mirror, %.0f with it; the hottest connection %.0f without, %.0f with (at most one per process per interval).\n",
+		2*lambda, mirrorOps, 2*lambda*p1, mirrorHot)
 	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores).\n\n",
 		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard at 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\t")
+	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\t")
 	for _, s := range []float64{1, 3, 6, 12, 24, 48} {
 		hotShare := p1 + (1-p1)/s // the hot connection's slot plus an even share of the rest
 		noHot := 2 * lambda * hotShare
@@ -288,5 +290,5 @@ func printModel(rate, admitUS, reportUS, cdUS float64) {
 		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU)
 	}
 	_ = tw.Flush()
-	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n", 1e6/(callUS*p1))
+	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n\n", 1e6/(callUS*p1))
 }

@@ -56,7 +56,7 @@ type options struct {
 	replicas  int
 	clients   int
 	conns     int
-	modelRate float64
+	modelRate []float64
 	ops       map[string]bool
 }
 
@@ -70,7 +70,7 @@ func main() {
 
 func run() (int, error) {
 	var o options
-	var conc, protos, ops string
+	var conc, protos, ops, rates string
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.BoolVar(&o.short, "short", false, "short run (make bench): Connect proto only, 1 s phases")
 	fs.DurationVar(&o.phase, "phase", 0, "measured length of each phase (default 2s; 1s with -short)")
@@ -84,7 +84,7 @@ func run() (int, error) {
 	fs.IntVar(&o.replicas, "replicas", 3, "with -cluster: cooldownd replicas")
 	fs.IntVar(&o.clients, "clients", 32, "with -cluster: client processes simulated (each its own HTTP/2 connection to one replica, 4 goroutines)")
 	fs.IntVar(&o.conns, "connections", 5000, "with -cluster: distinct connections")
-	fs.Float64Var(&o.modelRate, "model-rate", 100, "with -cluster: calls/s per client process in the model of 1,000 processes")
+	fs.StringVar(&rates, "model-rates", "10,100,1000", "with -cluster: calls/s per client process in the model of 1,000 processes")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
@@ -97,6 +97,13 @@ func run() (int, error) {
 			return 2, fmt.Errorf("-c: bad concurrency %q", s)
 		}
 		o.conc = append(o.conc, n)
+	}
+	for _, s := range strings.Split(rates, ",") {
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || f <= 0 {
+			return 2, fmt.Errorf("-model-rates: bad rate %q", s)
+		}
+		o.modelRate = append(o.modelRate, f)
 	}
 	if o.phase == 0 {
 		o.phase = 2 * time.Second
