@@ -102,6 +102,11 @@ type Admission struct {
 	// Local reports that the in-process breaker decided because cooldownd
 	// was unreachable; its report goes to the in-process breaker too.
 	Local bool
+	// Mirrored reports that the client admitted the call from its mirror
+	// of cooldownd's state, without a round trip (see [WithMirror]): the
+	// connection was closed and healthy. Its success is reported in a
+	// batch; any other outcome goes to cooldownd at once.
+	Mirrored bool
 }
 
 // Allowed reports whether the call may go (an allow or a probe).
@@ -117,6 +122,9 @@ func (a Admission) LogValue() slog.Value {
 	}
 	if a.Local {
 		attrs = append(attrs, slog.Bool("local", true))
+	}
+	if a.Mirrored {
+		attrs = append(attrs, slog.Bool("mirrored", true))
 	}
 	return slog.GroupValue(attrs...)
 }

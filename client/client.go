@@ -41,6 +41,7 @@ type Client struct {
 	health    *health
 	queue     *reportQueue
 	revs      revisions
+	mirror    *mirror // nil unless WithMirror
 	log       *slog.Logger
 	now       func() time.Time
 	sleep     func(context.Context, time.Duration) error
@@ -97,6 +98,10 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	c.current.Store(int32(rand.N(len(c.endpoints))))
 	c.health = newHealth(cfg, len(c.endpoints), log, c.local.forget)
 	c.closed, c.close = context.WithCancel(context.Background())
+	if cfg.mirror > 0 {
+		c.mirror = newMirror(c, cfg.mirror)
+		c.mirror.start()
+	}
 	return c, nil
 }
 
@@ -121,15 +126,27 @@ func parseEndpoints(list string) ([]*url.URL, error) {
 	return out, nil
 }
 
-// bearer returns an interceptor that sends token as a bearer token.
-func bearer(token string) connect.UnaryInterceptorFunc {
-	header := "Bearer " + token
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", header)
-			return next(ctx, req)
-		}
+// bearer is an interceptor that sends a bearer token on every call, unary
+// and streaming (the mirror's watch).
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
 	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // CloseIdleConnections closes idle connections to cooldownd. The Client
@@ -147,6 +164,9 @@ func (c *Client) CloseIdleConnections() {
 // closed Client still decides, but queues nothing more for later.
 func (c *Client) Close() error {
 	c.close()
+	if c.mirror != nil {
+		c.mirror.wait()
+	}
 	c.senders.Wait()
 	c.CloseIdleConnections()
 	return nil
@@ -237,6 +257,13 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 	if err := validConns(cands); err != nil {
 		return Admission{}, err
 	}
+	var epoch uint64
+	if c.mirror != nil {
+		if a, ok := c.mirror.admit(cands[0], c.now()); ok {
+			return a, nil
+		}
+		epoch = c.mirror.currentEpoch()
+	}
 	if !c.health.useService(c.now()) {
 		return c.admitLocal(cands, nil)
 	}
@@ -259,6 +286,9 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 		a, err := admission(resp.Msg, cands)
 		if err == nil {
 			c.revs.see(a.Conn.id, a.Revision)
+			if c.mirror != nil {
+				c.mirror.learn(a, resp.Msg.GetState(), epoch, c.now())
+			}
 		}
 		return a, err
 	case rpcRejected:

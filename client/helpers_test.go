@@ -66,13 +66,13 @@ func (cd *cooldownd) setIntercept(f func(w http.ResponseWriter, r *http.Request)
 }
 
 // startCooldownd starts a cooldownd with policy p, closed at cleanup.
-func startCooldownd(t *testing.T, p breaker.Policy) *cooldownd {
+func startCooldownd(t testing.TB, p breaker.Policy) *cooldownd {
 	t.Helper()
 	return startCooldowndAuth(t, p, nil)
 }
 
 // startCooldowndAuth starts a cooldownd that authenticates with auth.
-func startCooldowndAuth(t *testing.T, p breaker.Policy, auth server.Authenticator) *cooldownd {
+func startCooldowndAuth(t testing.TB, p breaker.Policy, auth server.Authenticator) *cooldownd {
 	t.Helper()
 	_, rdb := redistest.Mini(t)
 	st, err := store.New(rdb, store.Options{Policy: &p})
@@ -83,7 +83,7 @@ func startCooldowndAuth(t *testing.T, p breaker.Policy, auth server.Authenticato
 }
 
 // serve starts serving on l (nil: a new loopback port).
-func (cd *cooldownd) serve(t *testing.T, l net.Listener) {
+func (cd *cooldownd) serve(t testing.TB, l net.Listener) {
 	t.Helper()
 	srv, err := server.New(server.Options{Store: cd.store, Auth: cd.auth, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
@@ -110,15 +110,19 @@ func (cd *cooldownd) serve(t *testing.T, l net.Listener) {
 	p.SetUnencryptedHTTP2(true)
 	ts.Config.Protocols = &p
 	ts.Start()
-	t.Cleanup(ts.Close)
+	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close() }) // open streams first
 	cd.srv, cd.URL, cd.Addr = ts, ts.URL, ts.Listener.Addr().String()
 }
 
 // stop closes the server: the address stops answering.
-func (cd *cooldownd) stop() { cd.srv.Close() }
+// Open streams (a mirror's watch) are cut first: Close waits for them.
+func (cd *cooldownd) stop() {
+	cd.srv.CloseClientConnections()
+	cd.srv.Close()
+}
 
 // restart serves again on the same address.
-func (cd *cooldownd) restart(t *testing.T) {
+func (cd *cooldownd) restart(t testing.TB) {
 	t.Helper()
 	var l net.Listener
 	require.Eventually(t, func() bool {

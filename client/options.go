@@ -82,6 +82,7 @@ type config struct {
 	queueMaxAge   time.Duration
 	now           func() time.Time
 	sleep         func(context.Context, time.Duration) error
+	mirror        time.Duration // batch interval; 0: no mirror
 }
 
 func defaultConfig() config {
@@ -318,5 +319,34 @@ func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
 		if sleep != nil {
 			c.sleep = sleep
 		}
+	})
+}
+
+// DefaultMirrorInterval is how often a client with a mirror reports the
+// successes it admitted itself (see [WithMirror]).
+const DefaultMirrorInterval = time.Second
+
+// WithMirror makes the client keep a mirror of the connections it uses,
+// fed by cooldownd's WatchConnections stream, and admit a call without a
+// round trip while its connection is closed and healthy. Successes of such
+// calls are counted and reported in batches, one report per connection and
+// revision every interval (≤ 0: [DefaultMirrorInterval]); every failure,
+// server hint and probe still goes to cooldownd at once, so trips,
+// cooldowns and the single probe stay fleet-exact.
+//
+// What it trades: a cooldown or trip set by another process stops this
+// process's local admits when its event arrives (one watch event's
+// latency, milliseconds on a healthy network), and cooldownd learns this
+// process's successes up to one interval late, so a failure streak of
+// other processes may trip before a batch of successes that happened in
+// between arrives. While the watch stream is down nothing is admitted
+// from the mirror; an entry is checked with cooldownd again after 30 s.
+// The token needs the client role.
+func WithMirror(interval time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if interval <= 0 {
+			interval = DefaultMirrorInterval
+		}
+		c.mirror = interval
 	})
 }

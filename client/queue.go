@@ -271,18 +271,27 @@ type Stats struct {
 	LocalDecisions uint64
 	// Reports are the counters of the report queue.
 	Reports QueueStats
+	// Mirror are the counters of the mirror (zero without [WithMirror]).
+	Mirror MirrorStats
 }
 
 // Stats returns the client's counters.
 func (c *Client) Stats() Stats {
-	return Stats{Degraded: c.health.isDegraded(), Degradations: c.health.degradations(),
+	s := Stats{Degraded: c.health.isDegraded(), Degradations: c.health.degradations(),
 		LocalDecisions: c.localDecisions.Load(), Reports: c.queue.snapshot()}
+	if c.mirror != nil {
+		s.Mirror = c.mirror.stats()
+	}
+	return s
 }
 
 // Flush sends the queued reports now and waits until the queue is empty
 // or ctx ends (then it returns ctx's error). Call it before a process
 // exits, so that what it saw reaches the fleet.
 func (c *Client) Flush(ctx context.Context) error {
+	if c.mirror != nil {
+		c.mirror.flush(ctx)
+	}
 	for {
 		if c.queue.snapshot().Len == 0 {
 			return nil

@@ -21,7 +21,9 @@ import (
 // state.
 //
 // Report is sent even when ctx is already canceled (bounded by the admit
-// timeout), so that a canceled call still releases its lease. Every
+// timeout), so that a canceled call still releases its lease. With
+// [WithMirror] a success is not sent now: it is counted for the next
+// batch (a probe's is sent in the background). Every
 // admission cooldownd granted is settled with it: when cooldownd does not
 // take the report now, it is queued and sent again in the background (see
 // [WithReportQueue]) and Report returns nil; the in-process breaker learns
@@ -49,6 +51,17 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		return c.local.report(c.now(), a, cl, false).open, nil
 	}
 	req := reportRequest(a.Conn, a.Revision, a.LeaseToken, cl)
+	if c.mirror != nil && cl.Outcome == OutcomeSuccess && cl.Proactive <= 0 {
+		// With the mirror, a success never waits on cooldownd: counted
+		// for the next batch, or (a probe's, which releases the fleet) sent
+		// at once in the background.
+		if a.LeaseToken == "" {
+			c.mirror.add(a.Conn, a.Revision)
+		} else {
+			c.enqueue(req, 0)
+		}
+		return false, nil
+	}
 	if !c.health.useService(c.now()) {
 		c.enqueue(req, reportDelay(cl))
 		return c.local.report(c.now(), a, cl, true).open, nil
