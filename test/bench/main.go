@@ -7,7 +7,8 @@
 //   - Admit, Report SUCCESS, Admit+Report, a 3-candidate Admit whose first
 //     two candidates are cooling down, over Connect (proto), gRPC and
 //     Connect JSON;
-//   - the Go client's guard (client.Do with a no-op provider call).
+//   - the Go client's guard (client.Do with a no-op provider call), without
+//     and with its mirror (client.WithMirror).
 //
 // For each it prints req/s, p50/p99/p99.9, req/s and p99 as ratios to the
 // floor of the same run and concurrency, Redis commands and Redis CPU per
@@ -77,7 +78,7 @@ func run() (int, error) {
 	fs.StringVar(&conc, "c", "1,16,64", "concurrencies (client goroutines)")
 	fs.IntVar(&o.runs, "runs", 1, "interleaved rounds; figures are medians over them")
 	fs.StringVar(&protos, "protocols", "", "protocols: connect,grpc,json (default all; connect with -short)")
-	fs.StringVar(&ops, "ops", "admit,report,admitreport,admit3,guard", "phases besides the floor: admit, report, admitreport, admit3, guard")
+	fs.StringVar(&ops, "ops", "admit,report,admitreport,admit3,guard,mirror", "phases besides the floor: admit, report, admitreport, admit3, guard, mirror")
 	fs.StringVar(&o.bin, "cooldownd", "", "cooldownd binary to measure (default: go build ./cmd/cooldownd)")
 	fs.StringVar(&o.dir, "dir", "", "directory for logs and data (default: a temporary one, removed)")
 	fs.BoolVar(&o.cluster, "cluster", false, "3-master Redis Cluster, several replicas, many clients (docs/scaling.md)")
@@ -128,7 +129,7 @@ func run() (int, error) {
 	o.ops = map[string]bool{}
 	for _, n := range strings.Split(ops, ",") {
 		switch n = strings.TrimSpace(n); n {
-		case "admit", "report", "admitreport", "admit3", "guard":
+		case "admit", "report", "admitreport", "admit3", "guard", "mirror":
 			o.ops[n] = true
 		default:
 			return 2, fmt.Errorf("-ops: unknown %q", n)

@@ -151,13 +151,25 @@ func runSingle(ctx context.Context, o options, ps *procs) error {
 		}
 		gconns = append(gconns, c)
 	}
-	guard := func(ctx context.Context, w int) error {
-		resp, err := gc.Do(ctx, gconns[w], noop)
-		if resp != nil {
-			_ = resp.Body.Close()
-		}
+	// The same guard with the client's mirror (client.WithMirror): a
+	// closed healthy connection is admitted without a round trip, its
+	// successes reported in batches every second.
+	mc, err := client.New(rep.url, client.WithAdmitTimeout(5*time.Second), client.WithMirror(time.Second),
+		client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
 		return err
 	}
+	defer func() { _ = mc.Close() }()
+	do := func(cl *client.Client) op {
+		return func(ctx context.Context, w int) error {
+			resp, err := cl.Do(ctx, gconns[w], noop)
+			if resp != nil {
+				_ = resp.Body.Close()
+			}
+			return err
+		}
+	}
+	guard, mirrored := do(gc), do(mc)
 	m := &measurer{o: o, mon: []*redis.Client{mon}, cdPIDs: []int{rep.pid}, results: map[phaseKey][]measured{}}
 	for round := range o.runs {
 		for _, c := range o.conc {
@@ -180,13 +192,17 @@ func runSingle(ctx context.Context, o options, ps *procs) error {
 					}
 				}
 			}
-			if !o.ops["guard"] {
-				continue
+			if o.ops["guard"] {
+				if _, err := m.phase(ctx, phaseKey{c, "connect", "client.Do guard (no-op call)"}, guard, fl.s); err != nil {
+					return err
+				}
 			}
-			if _, err := m.phase(ctx, phaseKey{c, "connect", "client.Do guard (no-op call)"}, guard, fl.s); err != nil {
-				return err
+			if o.ops["mirror"] {
+				if _, err := m.phase(ctx, phaseKey{c, "connect", "client.Do guard, WithMirror"}, mirrored, fl.s); err != nil {
+					return err
+				}
 			}
-			if gc.Degraded() {
+			if gc.Degraded() || mc.Degraded() {
 				fmt.Println("note: the guard's client degraded (decided in-process) during this phase")
 			}
 		}
@@ -265,7 +281,7 @@ func (m *measurer) print(w io.Writer) {
 		if firstErr != nil {
 			e += " (" + trunc(firstErr.Error(), 60) + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.2f\t%.1f\t%.1f\t%s\t%s\t\n", k.c, k.proto, k.op, rate, ratio,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.3g\t%.3g\t%.1f\t%s\t%s\t\n", k.c, k.proto, k.op, rate, ratio,
 			p(0.50), p(0.99), p(0.999), p99r, cmds, rcpu, lua, cd, e)
 	}
 	_ = tw.Flush()
