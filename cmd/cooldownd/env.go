@@ -13,7 +13,7 @@ type environ []string
 
 // get returns the value of k, "" when unset.
 func (e environ) get(k string) string {
-	for _, kv := range slices.Backward(e) { // the last one wins, as in os.Getenv
+	for _, kv := range e { // the first one wins, as in os.Getenv
 		if name, v, ok := strings.Cut(kv, "="); ok && name == k {
 			return v
 		}
