@@ -61,7 +61,9 @@ var errnos = map[string]syscall.Errno{
 	"ECONNREFUSED": syscall.ECONNREFUSED, "ETIMEDOUT": syscall.ETIMEDOUT, "EHOSTUNREACH": syscall.EHOSTUNREACH,
 }
 
-func wrapURL(err error) error { return &url.Error{Op: "Post", URL: "https://api.example.com/v1", Err: err} }
+func wrapURL(err error) error {
+	return &url.Error{Op: "Post", URL: "https://api.example.com/v1", Err: err}
+}
 
 // header expands the fixture's time placeholders against now.
 func header(t *testing.T, h map[string]string, now time.Time) http.Header {

@@ -166,6 +166,8 @@ export interface Verdict {
 /** The outcome of one admitted call. */
 export interface BreakerReport {
   revision: number; leaseToken: string; outcome: Outcome; retryAfter: number; httpStatus: number; errorCode: string;
+  /** How many successes admitted under revision this report stands for (a batch); 0 or absent: one. */
+  count?: number;
 }
 
 /** What a report did. */
@@ -318,14 +320,14 @@ export class State {
     if (li >= 0) this.leases = this.leases.filter((_, j) => j !== li);
     if (r.outcome === Outcome.Canceled || this.override !== Override.None) return [res, evs];
     const before = evs.length;
-    if (res.accepted) evs = this.verdict(p, now, r.outcome, jitter, evs);
+    if (res.accepted) evs = this.verdict(p, now, r.outcome, Math.max(r.count ?? 0, 1), jitter, evs);
     const [d, cause] = hint(p, r);
     if (d > 0) evs = this.cool(now, now + d, cause, evs);
     res.changed = evs.length > before;
     return [res, evs];
   }
 
-  private verdict(p: Policy, now: number, o: Outcome, jitter: number, evs: BreakerEvent[]): BreakerEvent[] {
+  private verdict(p: Policy, now: number, o: Outcome, n: number, jitter: number, evs: BreakerEvent[]): BreakerEvent[] {
     const phase = this.currentPhase();
     switch (o) {
       case Outcome.Success:
@@ -336,9 +338,9 @@ export class State {
           return [...evs, this.transition(now, Phase.Closed, Cause.ProbeSuccess, "", "")];
         }
         if (phase === Phase.Closed && o === Outcome.Success) {
-          this.successes = Math.min(this.successes + 1, MaxCount);
+          this.successes = Math.min(this.successes + n, MaxCount);
           this.consecutive = 0;
-          this.count(p, now, false);
+          this.count(p, now, false, n);
         }
         break;
       case Outcome.TransientFailure:
@@ -346,7 +348,7 @@ export class State {
         if (phase === Phase.Closed) {
           this.failures = Math.min(this.failures + 1, MaxCount);
           this.consecutive = Math.min(this.consecutive + 1, MaxCount);
-          this.count(p, now, true);
+          this.count(p, now, true, 1);
           if ((p.consecutiveFailures > 0 && this.consecutive >= p.consecutiveFailures) || this.rateTripped(p, now)) {
             return [...evs, this.trip(p, now, jitter)];
           }
@@ -371,10 +373,10 @@ export class State {
     return [...evs, ev];
   }
 
-  private count(p: Policy, now: number, failed: boolean): void {
+  private count(p: Policy, now: number, failed: boolean, n: number): void {
     if (p.failureRate <= 0) return;
     this.rotate(p, now);
-    this.window.curCalls = Math.min(this.window.curCalls + 1, MaxCount);
+    this.window.curCalls = Math.min(this.window.curCalls + n, MaxCount);
     if (failed) this.window.curFails = Math.min(this.window.curFails + 1, MaxCount);
   }
 

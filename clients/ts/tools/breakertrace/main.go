@@ -78,6 +78,7 @@ type report struct {
 	RetryAfter int64  `json:"retryAfter"`
 	HTTPStatus int    `json:"httpStatus"`
 	ErrorCode  string `json:"errorCode"`
+	Count      int64  `json:"count"`
 }
 
 // op is one operation: admit, report, extend, force, reset or settle.
@@ -246,6 +247,9 @@ func sequence(rng *rand.Rand, steps int) trace {
 			if rng.IntN(6) == 0 {
 				r.RetryAfter = []int64{-1, 1, 40, 250, 5000}[rng.IntN(5)]
 			}
+			if r.Outcome == int(breaker.OutcomeSuccess) && rng.IntN(3) == 0 {
+				r.Count = []int64{0, 1, 2, 17, 500, 200000}[rng.IntN(6)] // a client's batch of successes
+			}
 			o = op{Kind: "report", Report: &r, Jitter: rng.Float64()}
 		case x < 86:
 			tok := "0.0.0.bogus"
@@ -280,7 +284,8 @@ func sequence(rng *rand.Rand, steps int) trace {
 		case "report":
 			r := o.Report
 			res, e := s.Report(p, now, breaker.Report{Revision: r.Revision, LeaseToken: r.LeaseToken,
-				Outcome: breaker.Outcome(r.Outcome), RetryAfter: r.RetryAfter, HTTPStatus: r.HTTPStatus, ErrorCode: r.ErrorCode}, o.Jitter)
+				Outcome: breaker.Outcome(r.Outcome), RetryAfter: r.RetryAfter, HTTPStatus: r.HTTPStatus, ErrorCode: r.ErrorCode,
+				Count: r.Count}, o.Jitter)
 			evs = e
 			st.Accepted, st.Changed = &res.Accepted, &res.Changed
 		case "extend":
