@@ -95,6 +95,11 @@ func run(o options) int {
 	}
 	c := &cluster{o: o, ps: &procs{dir: dir}}
 	defer c.ps.killAll()
+	defer func() {
+		if c.proxy != nil {
+			c.proxy.close()
+		}
+	}()
 	if err := c.up(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
@@ -127,7 +132,7 @@ func (c *cluster) up() error {
 	if err := c.redis.start(); err != nil {
 		return err
 	}
-	redisArgs := []string{}
+	var redisArgs []string
 	if c.o.sentinel {
 		c.replica = &redisServer{ps: c.ps, name: "redis-replica", port: port(),
 			extra: append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(c.redis.port)}, minReplicas...)}
