@@ -70,7 +70,8 @@ func ExampleClient_Do() {
 	openai := fakeProvider("openai", &calls, http.StatusServiceUnavailable) // fails once
 	defer openai.Close()
 
-	c, err := client.New(url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+	c, err := client.New(url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+		client.WithAdmitTimeout(5*time.Second)) // generous: the example's cooldownd shares a busy machine
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -119,7 +120,7 @@ func ExampleClient_DoFallback() {
 	fallback := fakeProvider("anthropic", &fallbackCalls)
 	defer fallback.Close()
 
-	c, err := client.New(url)
+	c, err := client.New(url, client.WithAdmitTimeout(5*time.Second)) // generous: a busy machine
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -174,7 +175,8 @@ func ExampleClient_RoundTripper() {
 	provider := fakeProvider("openai", &calls, http.StatusBadGateway) // fails once
 	defer provider.Close()
 
-	c, err := client.New(url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+	c, err := client.New(url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+		client.WithAdmitTimeout(5*time.Second)) // generous: the example's cooldownd shares a busy machine
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -223,7 +223,11 @@ func newLogger() (*slog.Logger, *logBuffer) {
 // backoff, and opts.
 func newClient(t *testing.T, url string, opts ...Option) *Client {
 	t.Helper()
-	base := []Option{WithLogger(slog.New(slog.DiscardHandler)), WithBackoff(time.Millisecond, 5*time.Millisecond)}
+	// A generous admit timeout: most tests are about decisions, and on a
+	// loaded machine a call past 250 ms is rightly decided in-process. The
+	// tests about timeouts set their own.
+	base := []Option{WithLogger(slog.New(slog.DiscardHandler)), WithBackoff(time.Millisecond, 5*time.Millisecond),
+		WithAdmitTimeout(10 * time.Second)}
 	c, err := New(url, append(base, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })

@@ -112,8 +112,10 @@ func TestNoSecretReachesCooldownd(t *testing.T) {
 	t.Cleanup(provider.Close)
 
 	log := slog.New(slog.NewJSONHandler(&clientLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	cl, err := client.New(cd.URL, client.WithLogger(log), client.WithNoWait(), client.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	cl, err := client.New(cd.URL, client.WithLogger(log), client.WithNoWait(), client.WithBackoff(time.Millisecond, 5*time.Millisecond),
+		client.WithAdmitTimeout(10*time.Second)) // every report reaches the server, even on a loaded machine
 	require.NoError(t, err)
+	defer func() { _ = cl.Close() }()
 	primary, err := cl.Connection("openai", provider.URL, keyCanary, "gpt-4o", "")
 	require.NoError(t, err)
 	fallback, err := cl.Connection("openai", provider.URL, keyCanary+"-2", "gpt-4o-mini", "openai mini")
