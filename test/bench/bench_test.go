@@ -27,7 +27,7 @@ func TestBenchSmoke(t *testing.T) {
 	bin := filepath.Join(dir, "bench")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	out, err = exec.Command(bin, "-short", "-phase", "150ms", "-c", "1,4", "-dir", filepath.Join(dir, "run")).CombinedOutput()
+	out, err = exec.Command(bin, "-short", "-phase", "100ms", "-c", "1,4", "-dir", filepath.Join(dir, "run")).CombinedOutput()
 	require.NoError(t, err, "the bench run failed:\n%s", out)
 	for _, want := range []string{"req/s", "floor: EVALSHA return 1", "Admit+Report", "Admit 3 cand. (2 cooling)", "client.Do guard", "WithMirror", "cooldownd peak RSS"} {
 		assert.Contains(t, string(out), want)
