@@ -136,3 +136,20 @@ test("no credential or prompt ever reaches cooldownd, on any path", async () => 
   }
   assert.ok(provider.requests.length >= 4);
 });
+
+test("fetch wrapper: a Request is cloned per attempt; a stream body is sent once and its final error returned as a response", async () => {
+  const key = `sk-fetch-${process.pid}`;
+  const f = cd.fetch(cd.connection({ provider: "openai", endpoint: provider.url, credential: key }));
+  provider.answer(json(500, {}), json(200, { ok: 1 }));
+  const r = await f(new Request(provider.url + "/a", { method: "POST", body: "payload" }));
+  assert.equal(r.status, 200);
+  assert.deepEqual(provider.requests.map((q) => q.body), ["payload", "payload"]);
+
+  const f2 = cd.fetch(cd.connection({ provider: "openai", endpoint: provider.url, credential: key + "-2" }));
+  provider.answer(json(500, { error: { type: "server_error" } }), json(200, {}));
+  const body = new ReadableStream({ start(c) { c.enqueue(new TextEncoder().encode("streamed")); c.close(); } });
+  const r2 = await f2(provider.url + "/b", { method: "POST", body, duplex: "half" } as RequestInit);
+  assert.equal(r2.status, 500, "not retried: the body cannot be sent again");
+  assert.equal(((await r2.json()) as { error: { type: string } }).error.type, "server_error", "the error body is readable");
+  assert.equal(provider.requests.length, 1);
+});
