@@ -49,7 +49,7 @@ func runCluster(ctx context.Context, o options, ps *procs) error {
 		m.cdPIDs = append(m.cdPIDs, r.pid)
 	}
 	ver, _ := m.mon[0].Info(ctx, "server").Result()
-	header(o, fmt.Sprintf("Redis Cluster %s, 3 masters; %d cooldownd replicas; %d client processes × %d goroutines; %d connections; all on loopback",
+	header(o, fmt.Sprintf("Redis Cluster %s, 3 masters; %d cooldownd replicas; %d clients (each its own HTTP/2 connection, as one process's client) × %d goroutines; %d connections; all on loopback",
 		infoField(ver, "redis_version"), o.replicas, o.clients, goroutinesPerClient, o.conns))
 
 	workers := o.clients * goroutinesPerClient

@@ -83,7 +83,7 @@ func run() (int, error) {
 	fs.StringVar(&o.dir, "dir", "", "directory for logs and data (default: a temporary one, removed)")
 	fs.BoolVar(&o.cluster, "cluster", false, "3-master Redis Cluster, several replicas, many clients (docs/scaling.md)")
 	fs.IntVar(&o.replicas, "replicas", 3, "with -cluster: cooldownd replicas")
-	fs.IntVar(&o.clients, "clients", 32, "with -cluster: client processes simulated (each its own HTTP/2 connection to one replica, 4 goroutines)")
+	fs.IntVar(&o.clients, "clients", 32, "with -cluster: clients, each standing for one process's client (its own HTTP/2 connection to one replica, 4 goroutines), all in this process")
 	fs.IntVar(&o.conns, "connections", 5000, "with -cluster: distinct connections")
 	fs.StringVar(&rates, "model-rates", "10,100,1000", "with -cluster: calls/s per client process in the model of 1,000 processes")
 	if err := fs.Parse(os.Args[1:]); err != nil {
