@@ -45,15 +45,16 @@ local P = {
 }
 local IDLE, HCAP, CHAN, ID = tonumber(ARGV[15]), tonumber(ARGV[16]), ARGV[17], ARGV[18]
 
--- The state hash's fields: {state field, hash field, text?}. The hash
--- names are short (one hash per connection) and stable across versions.
-local FIELDS = {
-  {'phase', 'ph'}, {'cause', 'ca'}, {'revision', 'rv'}, {'open_until', 'ou'}, {'reopens', 'ro'},
-  {'consecutive', 'cf'}, {'window_start', 'ws'}, {'prev_calls', 'wpc'}, {'prev_fails', 'wpf'},
-  {'cur_calls', 'wcc'}, {'cur_fails', 'wcf'}, {'override', 'ov'}, {'override_until', 'ovu'},
-  {'successes', 'sc'}, {'failures', 'fc'}, {'last_status', 'ls'}, {'last_outcome', 'lo'},
-  {'last_error', 'le', true}, {'changed_at', 'cat'}, {'updated_at', 'uat'}, {'label', 'lb', true},
-}
+-- The state hash's fields: STATE_FIELDS[i] is stored as HASH_FIELDS[i].
+-- The hash names are short (one hash per connection) and stable across
+-- versions; TEXT_FIELDS are strings, the others integers.
+local STATE_FIELDS = {'phase', 'cause', 'revision', 'open_until', 'reopens', 'consecutive', 'window_start',
+  'prev_calls', 'prev_fails', 'cur_calls', 'cur_fails', 'override', 'override_until', 'successes', 'failures',
+  'last_status', 'last_outcome', 'last_error', 'changed_at', 'updated_at', 'label'}
+local HASH_FIELDS = {'ph', 'ca', 'rv', 'ou', 'ro', 'cf', 'ws', 'wpc', 'wpf', 'wcc', 'wcf', 'ov', 'ovu', 'sc', 'fc',
+  'ls', 'lo', 'le', 'cat', 'uat', 'lb'}
+local TEXT_FIELDS = {last_error = true, label = true}
+local NFIELDS = #STATE_FIELDS
 -- Lease slot n is two fields: its token and its expiry (Unix ms). A token
 -- whose lease lapsed stays until the slot is granted again, which is how a
 -- grant knows that the previous holder never reported.
@@ -62,24 +63,23 @@ local LEASE_TOKEN, LEASE_EXPIRES = 'lt', 'lx'
 local function lease_fields(slot) return LEASE_TOKEN .. slot, LEASE_EXPIRES .. slot end
 
 local function load()
-  local names = {}
-  for i, f in ipairs(FIELDS) do names[i] = f[2] end
+  -- One HMGET: the state's fields, then each slot's token and expiry.
+  local names = HASH_FIELDS
   for slot = 0, P.max_probes - 1 do
-    local tf, xf = lease_fields(slot)
-    names[#names + 1] = tf
-    names[#names + 1] = xf
+    names[NFIELDS + 2 * slot + 1], names[NFIELDS + 2 * slot + 2] = lease_fields(slot)
   end
   local v = redis.call('HMGET', S, unpack(names))
+  for i = #names, NFIELDS + 1, -1 do names[i] = nil end
   local s = {exists = false, leases = {}, lapsed = {}}
-  for i, f in ipairs(FIELDS) do
-    local x = v[i]
+  for i = 1, NFIELDS do
+    local f, x = STATE_FIELDS[i], v[i]
     if x then s.exists = true end
-    if f[3] then s[f[1]] = x or '' else s[f[1]] = tonumber(x) or 0 end
+    if TEXT_FIELDS[f] then s[f] = x or '' else s[f] = tonumber(x) or 0 end
   end
   if s.phase == 0 then s.phase = PHASE.CLOSED end
   for slot = 0, P.max_probes - 1 do
-    local tok = v[#FIELDS + 2 * slot + 1]
-    local expires = tonumber(v[#FIELDS + 2 * slot + 2]) or 0
+    local tok = v[NFIELDS + 2 * slot + 1]
+    local expires = tonumber(v[NFIELDS + 2 * slot + 2]) or 0
     if tok then
       s.exists = true
       -- A lease is live while its expiry is ahead of now and it belongs to
@@ -96,7 +96,6 @@ local function load()
   return s
 end
 
--- deadline is when time alone changes the state next (0: never).
 local function deadline(s)
   if s.override ~= OVERRIDE.NONE then return s.override_until end
   if s.phase == PHASE.OPEN then return s.open_until end
@@ -125,11 +124,11 @@ end
 
 local function save(s)
   local args = {}
-  for _, f in ipairs(FIELDS) do
-    args[#args + 1] = f[2]
-    local x = s[f[1]]
-    if not f[3] then x = string.format('%d', x) end
-    args[#args + 1] = x
+  for i = 1, NFIELDS do
+    local f = STATE_FIELDS[i]
+    local x = s[f]
+    if not TEXT_FIELDS[f] then x = string.format('%d', x) end
+    args[2 * i - 1], args[2 * i] = HASH_FIELDS[i], x
   end
   redis.call('HSET', S, unpack(args))
   keep(s)
