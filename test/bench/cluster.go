@@ -49,8 +49,12 @@ func runCluster(ctx context.Context, o options, ps *procs) error {
 		m.cdPIDs = append(m.cdPIDs, r.pid)
 	}
 	ver, _ := m.mon[0].Info(ctx, "server").Result()
-	header(o, fmt.Sprintf("Redis Cluster %s, 3 masters; %d cooldownd replicas; %d clients (each its own HTTP/2 connection, as one process's client) × %d goroutines; %d connections; all on loopback",
-		infoField(ver, "redis_version"), o.replicas, o.clients, goroutinesPerClient, o.conns))
+	kind := "client processes"
+	if o.inproc {
+		kind = "in-process clients (one HTTP/2 connection each)"
+	}
+	header(o, fmt.Sprintf("Redis Cluster %s, 3 masters; %d cooldownd replicas; %d %s × %d goroutines; %d connections; all on loopback",
+		infoField(ver, "redis_version"), o.replicas, o.clients, kind, goroutinesPerClient, o.conns))
 
 	workers := o.clients * goroutinesPerClient
 	cls := make([]cooldownv1connect.CooldownServiceClient, o.clients)
@@ -58,10 +62,7 @@ func runCluster(ctx context.Context, o options, ps *procs) error {
 		cls[p] = cooldownv1connect.NewCooldownServiceClient(h2c(), reps[p%len(reps)].url)
 	}
 	cl := func(w int) cooldownv1connect.CooldownServiceClient { return cls[w/goroutinesPerClient] }
-	conns := make([]*cooldownv1.Connection, o.conns)
-	for i := range conns {
-		conns[i] = conn(fmt.Sprintf("cluster-%d", i))
-	}
+	conns := clusterConns(o.conns)
 	fmt.Fprintf(os.Stderr, "registering %d connections…\n", len(conns))
 	if err := register(ctx, cls, conns); err != nil {
 		return err
@@ -72,43 +73,28 @@ func runCluster(ctx context.Context, o options, ps *procs) error {
 	if err != nil {
 		return err
 	}
-	// Revisions are not tracked per connection: a healthy connection's
-	// report with revision 0 is a success all the same (it cannot close
-	// anything, nothing is open).
-	admitOn := func(ctx context.Context, w int, c *cooldownv1.Connection) error {
-		r, err := cl(w).Admit(ctx, connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{c}}))
-		if err == nil && r.Msg.GetDecision() != cooldownv1.Decision_DECISION_ALLOW {
-			err = fmt.Errorf("admit: %v", r.Msg.GetDecision())
+	ops := clusterOps(cl, conns)
+	var pool *workerPool
+	if !o.inproc {
+		fmt.Fprintf(os.Stderr, "starting %d client processes…\n", o.clients)
+		var urls []string
+		for p := range o.clients {
+			urls = append(urls, reps[p%len(reps)].url)
 		}
-		return err
+		if pool, err = startWorkers(ps, urls, o.conns); err != nil {
+			return err
+		}
 	}
-	reportOn := func(ctx context.Context, w int, c *cooldownv1.Connection) error {
-		_, err := cl(w).Report(ctx, connect.NewRequest(&cooldownv1.ReportRequest{Connection: c, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, HttpStatus: 200}))
-		return err
-	}
-	pick := func() *cooldownv1.Connection { return conns[rand.N(len(conns))] }
-	hot := conns[0]
 	phases := []struct {
+		id   string
 		name string
 		rpcs int // RPCs per op
-		f    op
 	}{
-		{"floor: EVALSHA return 1 (cluster client)", 0, floorOp(rrd, sha)},
-		{"Admit, uniform", 1, func(ctx context.Context, w int) error { return admitOn(ctx, w, pick()) }},
-		{"Report SUCCESS, uniform", 1, func(ctx context.Context, w int) error { return reportOn(ctx, w, pick()) }},
-		{"Admit+Report, uniform", 2, func(ctx context.Context, w int) error {
-			c := pick()
-			if err := admitOn(ctx, w, c); err != nil {
-				return err
-			}
-			return reportOn(ctx, w, c)
-		}},
-		{"Admit+Report, one hot connection", 2, func(ctx context.Context, w int) error {
-			if err := admitOn(ctx, w, hot); err != nil {
-				return err
-			}
-			return reportOn(ctx, w, hot)
-		}},
+		{"floor", "floor: EVALSHA return 1 (cluster client)", 0},
+		{"admit", "Admit, uniform", 1},
+		{"report", "Report SUCCESS, uniform", 1},
+		{"admitreport", "Admit+Report, uniform", 2},
+		{"hot", "Admit+Report, one hot connection", 2},
 	}
 	type shardRow struct {
 		name  string
@@ -133,7 +119,18 @@ func runCluster(ctx context.Context, o options, ps *procs) error {
 			}
 			return out
 		}
-		s := drive(ctx, workers, o.warm, o.phase, ph.f, func() { r0 = per(); c0 = m.cpu() }, func() { c1 = m.cpu(); r1 = per() })
+		start, end := func() { r0 = per(); c0 = m.cpu() }, func() { c1 = m.cpu(); r1 = per() }
+		var s sample
+		switch {
+		case ph.id == "floor":
+			s = drive(ctx, workers, o.warm, o.phase, floorOp(rrd, sha), start, end)
+		case pool != nil:
+			if s, err = pool.run(ph.id, o.warm, o.phase, start, end); err != nil {
+				return err
+			}
+		default:
+			s = drive(ctx, workers, o.warm, o.phase, ops[ph.id], start, end)
+		}
 		if serr != nil {
 			return fmt.Errorf("redis INFO: %w", serr)
 		}
@@ -291,4 +288,44 @@ func printModel(rate, admitUS, reportUS, cdUS float64) {
 	}
 	_ = tw.Flush()
 	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n\n", 1e6/(callUS*p1))
+}
+
+// clusterOps are the phases of the cluster run on worker w's client cl(w):
+// Admit, Report SUCCESS and both on a connection picked at random, and both
+// on one hot connection. Revisions are not tracked per connection: a
+// healthy connection's success with revision 0 counts all the same (there
+// is nothing open for it to close).
+func clusterOps(cl func(w int) cooldownv1connect.CooldownServiceClient, conns []*cooldownv1.Connection) map[string]op {
+	admitOn := func(ctx context.Context, w int, c *cooldownv1.Connection) error {
+		r, err := cl(w).Admit(ctx, connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{c}}))
+		if err == nil && r.Msg.GetDecision() != cooldownv1.Decision_DECISION_ALLOW {
+			err = fmt.Errorf("admit: %v", r.Msg.GetDecision())
+		}
+		return err
+	}
+	reportOn := func(ctx context.Context, w int, c *cooldownv1.Connection) error {
+		_, err := cl(w).Report(ctx, connect.NewRequest(&cooldownv1.ReportRequest{Connection: c, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, HttpStatus: 200}))
+		return err
+	}
+	both := func(ctx context.Context, w int, c *cooldownv1.Connection) error {
+		if err := admitOn(ctx, w, c); err != nil {
+			return err
+		}
+		return reportOn(ctx, w, c)
+	}
+	pick := func() *cooldownv1.Connection { return conns[rand.N(len(conns))] }
+	return map[string]op{
+		"admit":       func(ctx context.Context, w int) error { return admitOn(ctx, w, pick()) },
+		"report":      func(ctx context.Context, w int) error { return reportOn(ctx, w, pick()) },
+		"admitreport": func(ctx context.Context, w int) error { return both(ctx, w, pick()) },
+		"hot":         func(ctx context.Context, w int) error { return both(ctx, w, conns[0]) },
+	}
+}
+
+func clusterConns(n int) []*cooldownv1.Connection {
+	conns := make([]*cooldownv1.Connection, n)
+	for i := range conns {
+		conns[i] = conn(fmt.Sprintf("cluster-%d", i))
+	}
+	return conns
 }

@@ -59,6 +59,7 @@ type options struct {
 	conns     int
 	modelRate []float64
 	ops       map[string]bool
+	inproc    bool
 }
 
 func main() {
@@ -71,7 +72,8 @@ func main() {
 
 func run() (int, error) {
 	var o options
-	var conc, protos, ops, rates string
+	var conc, protos, ops, rates, workerURL string
+	var worker bool
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.BoolVar(&o.short, "short", false, "short run (make bench): Connect proto only, 1 s phases")
 	fs.DurationVar(&o.phase, "phase", 0, "measured length of each phase (default 2s; 1s with -short)")
@@ -83,7 +85,10 @@ func run() (int, error) {
 	fs.StringVar(&o.dir, "dir", "", "directory for logs and data (default: a temporary one, removed)")
 	fs.BoolVar(&o.cluster, "cluster", false, "3-master Redis Cluster, several replicas, many clients (docs/scaling.md)")
 	fs.IntVar(&o.replicas, "replicas", 3, "with -cluster: cooldownd replicas")
-	fs.IntVar(&o.clients, "clients", 32, "with -cluster: clients, each standing for one process's client (its own HTTP/2 connection to one replica, 4 goroutines), all in this process")
+	fs.IntVar(&o.clients, "clients", 32, "with -cluster: client processes (each one HTTP/2 connection to one replica, 4 goroutines)")
+	fs.BoolVar(&o.inproc, "inproc", false, "with -cluster: run the clients as goroutine groups in this process instead of one OS process each")
+	fs.BoolVar(&worker, "worker", false, "internal: run as one client process of -cluster")
+	fs.StringVar(&workerURL, "worker-url", "", "internal: the replica a -worker talks to")
 	fs.IntVar(&o.conns, "connections", 5000, "with -cluster: distinct connections")
 	fs.StringVar(&rates, "model-rates", "10,100,1000", "with -cluster: calls/s per client process in the model of 1,000 processes")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -91,6 +96,12 @@ func run() (int, error) {
 			return 0, nil
 		}
 		return 2, err
+	}
+	if worker {
+		if err := runWorker(workerURL, o.conns); err != nil {
+			return 1, err
+		}
+		return 0, nil
 	}
 	for _, s := range strings.Split(conc, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
