@@ -22,6 +22,7 @@ import { DeniedError, GuardError, InvalidConnError, RejectedError, UnavailableEr
 import { MaxHintMs } from "./headers.js";
 import { Health } from "./health.js";
 import { consoleLogger, type Logger } from "./log.js";
+import { DefaultMirrorIntervalMs, Mirror, type MirrorStats } from "./mirror.js";
 import { MaxSaltLen, MinSaltLen } from "./keys.js";
 import {
   DefaultReportQueueMaxAgeMs, DefaultReportQueueSize, QueueBackoffBaseMs, QueueBackoffCapMs, ReportQueue,
@@ -87,6 +88,13 @@ export interface ClientOptions {
   /** The guard's clock (Unix ms) and waits, for tests. */
   now?: () => number;
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  /**
+   * Keep a mirror of the connections this process uses, fed by
+   * WatchConnections, and admit calls to closed healthy connections without
+   * a round trip; successes are reported in batches every intervalMs (1 s).
+   * Failures, hints and probes still go to cooldownd at once. Off by default.
+   */
+  mirror?: boolean | { intervalMs?: number };
   /** Builds the transport of one endpoint (tests); the default follows protocol/httpVersion. */
   transport?: (baseUrl: string, interceptors: Interceptor[]) => Transport;
 }
@@ -107,6 +115,8 @@ export interface Admission {
   reason: DenyReason;
   /** The in-process breaker decided because cooldownd was unreachable. */
   local: boolean;
+  /** Admitted from the client's mirror, without a round trip (see the mirror option). */
+  mirrored?: boolean;
 }
 
 /** Whether an admission lets the call go. */
@@ -140,6 +150,8 @@ export interface Stats {
   degradations: number;
   localDecisions: number;
   reports: QueueStats;
+  /** The mirror's counters (undefined without the mirror option). */
+  mirror?: MirrorStats;
 }
 
 type RpcKind = "ok" | "rejected" | "capped" | "outage" | "failed";
@@ -246,6 +258,7 @@ export class Client {
   private closed = false;
   private readonly closeCtl = new AbortController();
   private sender: Promise<void> | undefined;
+  private readonly mirror: Mirror | undefined;
 
   /**
    * baseUrl is one cooldownd URL or several separated by commas (at most
@@ -315,6 +328,26 @@ export class Client {
       pos(opts.serviceRetryMs, DefaultServiceRetryMs), this.endpoints.length, failMode === "open" ? "fail_open" : "fail_closed",
       this.log, () => this.local.clear());
     this.queue = new ReportQueue(pos(opts.reportQueueSize, DefaultReportQueueSize), pos(opts.reportQueueMaxAgeMs, DefaultReportQueueMaxAgeMs));
+    if (opts.mirror) {
+      const intervalMs = pos(typeof opts.mirror === "object" ? opts.mirror.intervalMs : undefined, DefaultMirrorIntervalMs);
+      this.mirror = new Mirror({
+        now: this.now, log: this.log, closed: this.closeCtl.signal,
+        rpc: () => this.endpoints[this.current % this.endpoints.length]!.rpc,
+        rejected: (err) => classifyRpc(err) === "rejected",
+        sendBatch: (conn, rev, count) => this.sendBatch(conn, rev, count),
+      }, intervalMs);
+      this.mirror.start();
+    }
+  }
+
+  /** Sends one batch of successes; one cooldownd does not take goes to the report queue. */
+  private async sendBatch(conn: Conn, rev: bigint, count: number): Promise<void> {
+    const req = reportRequest(conn, rev, "", { outcome: Outcome.Success, retryable: false, retryAfterMs: 0, httpStatus: 200,
+      errorCode: "", proactiveMs: 0, tooLong: false });
+    req.count = count;
+    const r = await this.call("report", undefined, (rpc, o) => rpc.report(req, o));
+    if (r.kind === "ok") this.health.success();
+    else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) this.enqueue(req, 0);
   }
 
   /**
@@ -331,7 +364,7 @@ export class Client {
 
   stats(): Stats {
     return { degraded: this.health.isDegraded(), degradations: this.health.outages, localDecisions: this.localDecisions,
-      reports: this.queue.snapshot() };
+      reports: this.queue.snapshot(), mirror: this.mirror?.stats() };
   }
 
   /**
@@ -377,6 +410,15 @@ export class Client {
    */
   async admit(cands: Conn[], opts: { signal?: AbortSignal } = {}): Promise<Admission> {
     validConns(cands);
+    let epoch = 0;
+    if (this.mirror) {
+      const rev = this.mirror.admit(cands[0]!, this.now());
+      if (rev !== undefined) {
+        return { index: 0, conn: cands[0]!, decision: Decision.Allow, revision: rev, leaseToken: "", leaseExpires: 0,
+          retryAfterMs: 0, reason: DenyReason.None, local: false, mirrored: true };
+      }
+      epoch = this.mirror.epoch;
+    }
     if (!this.health.useService(this.now())) return this.admitLocal(cands, undefined);
     const req = create(AdmitRequestSchema, { candidates: cands.map(wireConn) });
     const r = await this.call("admit", opts.signal, (rpc, o) => rpc.admit(req, o));
@@ -386,6 +428,7 @@ export class Client {
         this.health.success();
         const a = admission(r.value!, cands);
         this.see(a.conn, a.revision);
+        this.mirror?.learn(a.conn, a.decision === Decision.Allow, r.value!.state, a.revision, epoch, this.now());
         return a;
       }
       case "rejected":
@@ -434,6 +477,14 @@ export class Client {
       return this.localReport(a, cl, false);
     }
     const req = reportRequest(a.conn, a.revision, a.leaseToken, cl);
+    if (this.mirror && cl.outcome === Outcome.Success && cl.proactiveMs <= 0) {
+      // With the mirror a success never waits on cooldownd: counted for the
+      // next batch, or (a probe's, which releases the fleet) sent at once
+      // in the background.
+      if (a.leaseToken === "") this.mirror.add(a.conn, a.revision);
+      else this.enqueue(req, 0);
+      return false;
+    }
     if (!this.health.useService(this.now())) {
       this.enqueue(req, reportDelay(cl));
       return this.localReport(a, cl, true);
@@ -585,6 +636,7 @@ export class Client {
 
   /** Sends the queued reports now and waits until the queue is empty or signal aborts. Call it before exit. */
   async flush(opts: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.mirror?.flush();
     for (;;) {
       if (this.queue.snapshot().len === 0) return;
       if (this.queue.kick()) this.startSender();
@@ -594,8 +646,9 @@ export class Client {
 
   /** Stops the background sender (flush first) and closes connections to cooldownd. */
   async close(): Promise<void> {
-    this.closed = true;
     this.closeCtl.abort();
+    await this.mirror?.stop(); // what was counted still reaches the fleet
+    this.closed = true;
     await this.sender;
     for (const e of this.endpoints) e.close();
   }

@@ -21,4 +21,5 @@ export {
 export { deriveId, idHex, normalizeEndpoint, parseId, InvalidConnectionError, type ConnectionInput } from "./keys.js";
 export { consoleLogger, silentLogger, type Logger } from "./log.js";
 export type { QueueStats } from "./queue.js";
+export type { MirrorStats } from "./mirror.js";
 export * as wire from "./gen/v1/cooldown_pb.js";

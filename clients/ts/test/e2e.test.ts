@@ -307,3 +307,48 @@ describe("a Go client process and this Node process on the same connection", () 
     assert.equal((await goc.send({ op: "do", url: provider.url })).status, 200);
   });
 });
+
+describe("the mirror", () => {
+  test("healthy calls are admitted without a round trip and their successes reported in batches", async () => {
+    const c = newClient({ mirror: { intervalMs: 100 } });
+    const x = conn(c);
+    provider.answer(json(200, {}));
+    // Wait for the watch stream to be live (its first message, a heartbeat, may take up to 15 s: poll).
+    const deadline = Date.now() + 20_000;
+    while (!c.stats().mirror!.live && Date.now() < deadline) await sleep(20);
+    assert.ok(c.stats().mirror!.live, "the watch stream is live");
+    for (let i = 0; i < 200; i++) assert.equal((await c.do(x, () => fetch(provider.url))).status, 200);
+    const s = c.stats().mirror!;
+    assert.ok(s.admits >= 199, `mirrored admits ${s.admits}`);
+    assert.equal(s.batched, 200);
+    await c.flush({ signal: AbortSignal.timeout(5000) });
+    const { createClient } = await import("@connectrpc/connect");
+    const { createConnectTransport } = await import("@connectrpc/connect-node");
+    const { CooldownService } = await import("../src/gen/v1/cooldown_pb.js");
+    const rpc = createClient(CooldownService, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
+    const got = await rpc.getConnection({ id: x.id });
+    assert.equal(got.connection?.recentSuccesses, 200n, "the batches counted as 200 successes");
+    assert.ok(c.stats().mirror!.batches < 20, `batches ${c.stats().mirror!.batches}`);
+  });
+
+  test("another process's cooldown stops the mirror's local admits when its event arrives", async () => {
+    const c = newClient({ mirror: { intervalMs: 100 }, noWait: true });
+    const other = newClient();
+    const x = conn(c);
+    const deadline = Date.now() + 20_000;
+    while (!c.stats().mirror!.live && Date.now() < deadline) await sleep(20);
+    await c.admit([x]); // enters the mirror
+    assert.equal((await c.admit([x])).mirrored, true);
+    await other.report(await other.admit([x]), rateLimited(5));
+    const t0 = Date.now();
+    let a = await c.admit([x]);
+    while (a.mirrored && Date.now() - t0 < 2000) {
+      await sleep(5);
+      a = await c.admit([x]);
+    }
+    assert.equal(a.mirrored, undefined, "admitted through cooldownd again");
+    assert.equal(a.decision, Decision.Deny);
+    assert.equal(a.reason, DenyReason.Cooldown);
+    console.log(`mirror: the other process's cooldown stopped local admits after ${Date.now() - t0} ms`);
+  });
+});
