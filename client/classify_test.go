@@ -29,10 +29,6 @@ func wrapURL(err error) error {
 	return &url.Error{Op: "Post", URL: "https://api.example.com/v1", Err: err}
 }
 
-func opErr(op string, errno syscall.Errno) error {
-	return &net.OpError{Op: op, Net: "tcp", Err: os.NewSyscallError(op, errno)}
-}
-
 // TestClassify holds the cases only Go can build: error values of Go's
 // own types (x509, net.OpError, wrapped deadlines). Every response case —
 // statuses, headers, bodies — lives in the one fixture both clients run,
