@@ -259,10 +259,11 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 	}
 	var epoch uint64
 	if c.mirror != nil {
-		if a, ok := c.mirror.admit(cands[0], c.now()); ok {
+		a, e, ok := c.mirror.admit(cands[0], c.now())
+		if ok {
 			return a, nil
 		}
-		epoch = c.mirror.currentEpoch()
+		epoch = e
 	}
 	if !c.health.useService(c.now()) {
 		return c.admitLocal(cands, nil)

@@ -70,23 +70,18 @@ func (m *mirror) start() {
 
 func (m *mirror) wait() { m.wg.Wait() }
 
-func (m *mirror) currentEpoch() uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.epoch
-}
-
 // admit admits a call to conn from the mirror when the stream is live and
-// cooldownd last said the connection is closed and healthy.
-func (m *mirror) admit(conn Conn, now time.Time) (Admission, bool) {
+// cooldownd last said the connection is closed and healthy. When it does
+// not, it returns the epoch to hand to learn with cooldownd's answer.
+func (m *mirror) admit(conn Conn, now time.Time) (a Admission, epoch uint64, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e := m.entries[conn.id]
 	if !m.live || e == nil || now.Sub(e.seenAt) > mirrorMaxAge {
-		return Admission{}, false
+		return Admission{}, m.epoch, false
 	}
 	m.admits.Add(1)
-	return Admission{Conn: conn, Decision: DecisionAllow, Revision: e.rev, Mirrored: true}, true
+	return Admission{Conn: conn, Decision: DecisionAllow, Revision: e.rev, Mirrored: true}, m.epoch, true
 }
 
 // learn takes cooldownd's answer to an Admit sent at epoch: a closed,
@@ -226,10 +221,14 @@ func (m *mirror) flushLoop() {
 	for {
 		select {
 		case <-m.c.closed.Done():
-			m.flush(context.Background()) // what was counted still reaches the fleet
+			// What was counted still reaches the fleet, within one admit
+			// timeout in all, so that Close does not hang on a dead cooldownd.
+			ctx, cancel := context.WithTimeout(context.Background(), m.c.cfg.admitTimeout)
+			m.flush(ctx)
+			cancel()
 			return
 		case <-t.C:
-			m.flush(m.c.closed)
+			m.flush(context.Background()) // each report bounded by the admit timeout
 		}
 	}
 }
@@ -245,7 +244,7 @@ func (m *mirror) flush(ctx context.Context) {
 		req := reportRequest(labels[k.id], k.rev, "", Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
 		req.Count = uint32(min(n, 1_000_000))
 		m.batches.Add(1)
-		_, kind, _ := m.c.call(context.WithoutCancel(ctx), "report", func(ctx context.Context, rpc cooldownService) error {
+		_, kind, _ := m.c.call(ctx, "report", func(ctx context.Context, rpc cooldownService) error {
 			_, err := rpc.Report(ctx, connect.NewRequest(req))
 			return err
 		})

@@ -35,6 +35,18 @@ func counting(cd *cooldownd) (admits, reports *atomic.Int64) {
 	return admits, reports
 }
 
+// admitMirrored admits cn twice: cooldownd's answer to the first puts it
+// in the mirror, which admits the second.
+func admitMirrored(t *testing.T, c *Client, cn Conn) Admission {
+	t.Helper()
+	_, err := c.Admit(t.Context(), cn)
+	require.NoError(t, err)
+	adm, err := c.Admit(t.Context(), cn)
+	require.NoError(t, err)
+	require.True(t, adm.Mirrored, "admitted from the mirror")
+	return adm
+}
+
 func mirrored(t *testing.T, cd *cooldownd, opts ...Option) *Client {
 	t.Helper()
 	// A generous admit timeout: these tests are about the mirror, and a
@@ -112,13 +124,10 @@ func TestMirrorFailuresGoAtOnce(t *testing.T) {
 	_, reports := counting(cd)
 	c := mirrored(t, cd, WithMirror(time.Hour))
 	cn := conn(t, c, "https://api.example.com/v1", "key-fail", "")
-	_, err := c.Admit(t.Context(), cn)
-	require.NoError(t, err)
-	adm, err := c.Admit(t.Context(), cn)
-	require.NoError(t, err)
-	require.True(t, adm.Mirrored)
+	adm := admitMirrored(t, c, cn)
 	before := reports.Load()
-	require.NoError(t, c.Report(t.Context(), adm, Classification{Outcome: OutcomeTransientFailure, HTTPStatus: 500}))
+	err := c.Report(t.Context(), adm, Classification{Outcome: OutcomeTransientFailure, HTTPStatus: 500})
+	require.NoError(t, err)
 	assert.Equal(t, before+1, reports.Load(), "a failure is reported at once, not batched")
 	assert.Equal(t, uint32(1), cd.get(t, cn).GetConnection().GetConsecutiveFailures())
 }
@@ -130,14 +139,10 @@ func TestMirrorNeedsTheStream(t *testing.T) {
 	cd := startCooldownd(t, fastPolicy())
 	c := mirrored(t, cd)
 	cn := conn(t, c, "https://api.example.com/v1", "key-down", "")
-	_, err := c.Admit(t.Context(), cn)
-	require.NoError(t, err)
-	adm, err := c.Admit(t.Context(), cn)
-	require.NoError(t, err)
-	require.True(t, adm.Mirrored)
+	admitMirrored(t, c, cn)
 	cd.stop()
 	require.Eventually(t, func() bool { return !c.Stats().Mirror.Live }, 5*time.Second, 5*time.Millisecond)
-	adm, err = c.Admit(t.Context(), cn)
+	adm, err := c.Admit(t.Context(), cn)
 	require.NoError(t, err)
 	assert.False(t, adm.Mirrored, "no mirror without its stream")
 	assert.True(t, adm.Local, "decided in-process: cooldownd is down")

@@ -17,25 +17,11 @@ import (
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/test/chaos/history"
 )
 
-// chaosPolicy is the replicas' policy: sub-second and deterministic (no
-// jitter, no failure-rate window), so the checker's model decides exactly
-// as the scripts do.
-func chaosPolicy() breaker.Policy {
-	p := breaker.DefaultPolicy()
-	p.ConsecutiveFailures = 3
-	p.FailureRate = 0
-	p.OpenBase = 200 * time.Millisecond
-	p.OpenMax = 2 * time.Second
-	p.Jitter = 0
-	p.RateLimitDefault = 300 * time.Millisecond
-	p.OverloadFloor = 300 * time.Millisecond
-	p.QuotaBlock = 2 * time.Second
-	p.AuthBlock = time.Second
-	p.LeaseTTL = time.Second
-	return p
-}
+// chaosPolicy is the replicas' policy (see history.Policy).
+func chaosPolicy() breaker.Policy { return history.Policy() }
 
 func policyArgs(p breaker.Policy) []string {
 	return []string{"--consecutive-failures", strconv.Itoa(p.ConsecutiveFailures), "--failure-rate", "0",

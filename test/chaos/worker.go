@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -178,12 +179,8 @@ func workerMain() error {
 }
 
 func firstEndpoint(list string) string {
-	for i := range list {
-		if list[i] == ',' {
-			return list[:i]
-		}
-	}
-	return list
+	first, _, _ := strings.Cut(list, ",")
+	return first
 }
 
 func sleepJitter(ctx context.Context, d time.Duration, r *rand.Rand) {

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,19 +42,9 @@ func byConn(ops []Op) map[string][]Op {
 		m[o.Conn] = append(m[o.Conn], o)
 	}
 	for _, g := range m {
-		slices.SortStableFunc(g, func(a, b Op) int { return cmp64(a.Call, b.Call) })
+		slices.SortStableFunc(g, func(a, b Op) int { return cmp.Compare(a.Call, b.Call) })
 	}
 	return m
-}
-
-func cmp64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // lease is one probe lease as the history shows it: live from its grant

@@ -13,18 +13,8 @@ import (
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
-// testPolicy is the chaos run's policy: deterministic opens (no jitter,
-// no failure-rate window), short durations.
-func testPolicy() breaker.Policy {
-	p := breaker.DefaultPolicy()
-	p.ConsecutiveFailures = 3
-	p.FailureRate = 0
-	p.OpenBase = 200 * time.Millisecond
-	p.OpenMax = 2 * time.Second
-	p.Jitter = 0
-	p.LeaseTTL = time.Second
-	return p
-}
+// testPolicy is the chaos run's policy.
+func testPolicy() breaker.Policy { return Policy() }
 
 // simulate runs the model as a server would, sequentially, and records
 // what clients would see: a history that must pass every check.

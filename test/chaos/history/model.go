@@ -12,6 +12,24 @@ import (
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
+// Policy is the replicas' policy in a chaos run: sub-second and
+// deterministic (no jitter, no failure-rate window), so the model decides
+// exactly as the scripts do.
+func Policy() breaker.Policy {
+	p := breaker.DefaultPolicy()
+	p.ConsecutiveFailures = 3
+	p.FailureRate = 0
+	p.OpenBase = 200 * time.Millisecond
+	p.OpenMax = 2 * time.Second
+	p.Jitter = 0
+	p.RateLimitDefault = 300 * time.Millisecond
+	p.OverloadFloor = 300 * time.Millisecond
+	p.QuotaBlock = 2 * time.Second
+	p.AuthBlock = time.Second
+	p.LeaseTTL = time.Second
+	return p
+}
+
 // mstate is the model's state of one connection: the breaker's state, or
 // wild after an op whose answer was lost, until a read shows a state that
 // can be rebuilt (no probe in flight, no override).
