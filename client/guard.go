@@ -201,12 +201,17 @@ func (c *Client) retryDelay(n int, cl Classification) time.Duration {
 		d *= 2
 	}
 	d = min(d, c.cfg.backoffCap)
-	d = d/2 + rand.N(d/2+1)
+	d = equalJitter(d)
 	if cl.Outcome == OutcomeOverloaded {
 		d = max(d, overloadFloor)
 	}
 	return max(d, cl.RetryAfter)
 }
+
+// equalJitter returns a random duration between half of d and d: the
+// jitter of every backoff of the client (retries, the report queue, the
+// mirror's reconnects).
+func equalJitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 // sleep waits d or until ctx ends, whichever is first; it returns ctx's
 // error in the second case.

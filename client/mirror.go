@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -172,7 +171,7 @@ func (m *mirror) watch() {
 			}
 			backoff = queueBackoffCap * 6
 		}
-		d := backoff/2 + rand.N(backoff/2+1)
+		d := equalJitter(backoff)
 		backoff = min(2*backoff, queueBackoffCap)
 		if sleep(ctx, d) != nil {
 			return

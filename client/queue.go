@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -170,7 +169,8 @@ func (c *Client) enqueue(req *cooldownv1.ReportRequest, hint time.Duration) {
 	}
 }
 
-// startSender runs the queue's sender unless the client is closed.
+// startSender runs the queue's sender (which stops at once, keeping the
+// reports, when the client is closed).
 func (c *Client) startSender() {
 	c.senders.Add(1)
 	go func() {
@@ -211,7 +211,7 @@ func (c *Client) sendQueued() {
 			continue
 		}
 		c.queue.push(p, true)
-		d := backoff/2 + rand.N(backoff/2+1)
+		d := equalJitter(backoff)
 		backoff = min(2*backoff, queueBackoffCap)
 		if sleep(c.closed, d) != nil { // a real wait: background work, not the guard's
 			c.queue.stop()
