@@ -245,6 +245,9 @@ const (
 	Cause_CAUSE_OPEN_EXPIRED Cause = 9
 	// An override expired by itself.
 	Cause_CAUSE_FORCE_EXPIRED Cause = 10
+	// An operator cleared an override (ForceConnection with
+	// OVERRIDE_UNSPECIFIED): a transition to closed that is not a reset.
+	Cause_CAUSE_OVERRIDE_CLEARED Cause = 11
 )
 
 // Enum value maps for Cause.
@@ -261,19 +264,21 @@ var (
 		8:  "CAUSE_PROBE_SUCCESS",
 		9:  "CAUSE_OPEN_EXPIRED",
 		10: "CAUSE_FORCE_EXPIRED",
+		11: "CAUSE_OVERRIDE_CLEARED",
 	}
 	Cause_value = map[string]int32{
-		"CAUSE_UNSPECIFIED":   0,
-		"CAUSE_BREAKER":       1,
-		"CAUSE_RATE_LIMIT":    2,
-		"CAUSE_OVERLOAD":      3,
-		"CAUSE_QUOTA":         4,
-		"CAUSE_AUTH":          5,
-		"CAUSE_FORCED":        6,
-		"CAUSE_RESET":         7,
-		"CAUSE_PROBE_SUCCESS": 8,
-		"CAUSE_OPEN_EXPIRED":  9,
-		"CAUSE_FORCE_EXPIRED": 10,
+		"CAUSE_UNSPECIFIED":      0,
+		"CAUSE_BREAKER":          1,
+		"CAUSE_RATE_LIMIT":       2,
+		"CAUSE_OVERLOAD":         3,
+		"CAUSE_QUOTA":            4,
+		"CAUSE_AUTH":             5,
+		"CAUSE_FORCED":           6,
+		"CAUSE_RESET":            7,
+		"CAUSE_PROBE_SUCCESS":    8,
+		"CAUSE_OPEN_EXPIRED":     9,
+		"CAUSE_FORCE_EXPIRED":    10,
+		"CAUSE_OVERRIDE_CLEARED": 11,
 	}
 )
 
@@ -532,7 +537,11 @@ type ConnectionState struct {
 	// When the state last changed.
 	ChangedAt *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=changed_at,json=changedAt,proto3" json:"changed_at,omitempty"`
 	// When the connection was last reported on.
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// The connection's tenant. Set when the caller may see several tenants
+	// (the operator role); empty for tenant-scoped callers, whose tenant is
+	// implied by their token.
+	Tenant        string `protobuf:"bytes,20,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +709,174 @@ func (x *ConnectionState) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *ConnectionState) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// Policy is the breaker policy in effect for one connection: the server's
+// flags, overridden by the policy file's default, tenant and label rules
+// (see docs/policies.md). A zero threshold or duration means its rule is
+// off, as documented per field.
+type Policy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Trip after this many consecutive transient failures while closed; 0:
+	// the rule is off.
+	ConsecutiveFailures uint32 `protobuf:"varint,1,opt,name=consecutive_failures,json=consecutiveFailures,proto3" json:"consecutive_failures,omitempty"`
+	// Trip when the failure fraction over window reaches this, in (0, 1],
+	// once min_calls calls are seen; 0: the rule is off.
+	FailureRate float64 `protobuf:"fixed64,2,opt,name=failure_rate,json=failureRate,proto3" json:"failure_rate,omitempty"`
+	// Calls the window must hold before failure_rate applies.
+	MinCalls uint32 `protobuf:"varint,3,opt,name=min_calls,json=minCalls,proto3" json:"min_calls,omitempty"`
+	// The sliding window of the failure-rate rule.
+	Window *durationpb.Duration `protobuf:"bytes,4,opt,name=window,proto3" json:"window,omitempty"`
+	// The first breaker open's duration; it doubles per consecutive re-open.
+	OpenBase *durationpb.Duration `protobuf:"bytes,5,opt,name=open_base,json=openBase,proto3" json:"open_base,omitempty"`
+	// The cap of breaker open durations.
+	OpenMax *durationpb.Duration `protobuf:"bytes,6,opt,name=open_max,json=openMax,proto3" json:"open_max,omitempty"`
+	// Breaker opens are spread by +/- this fraction of their length, in
+	// [0, 1); 0: no jitter.
+	Jitter float64 `protobuf:"fixed64,7,opt,name=jitter,proto3" json:"jitter,omitempty"`
+	// The shared cooldown after a 429 without Retry-After; unset: a 429 cools
+	// down only for what the provider says.
+	RateLimitCooldown *durationpb.Duration `protobuf:"bytes,8,opt,name=rate_limit_cooldown,json=rateLimitCooldown,proto3" json:"rate_limit_cooldown,omitempty"`
+	// The least cooldown after an overloaded answer; unset: off.
+	OverloadFloor *durationpb.Duration `protobuf:"bytes,9,opt,name=overload_floor,json=overloadFloor,proto3" json:"overload_floor,omitempty"`
+	// How long an exhausted quota blocks the connection; unset: off.
+	QuotaBlock *durationpb.Duration `protobuf:"bytes,10,opt,name=quota_block,json=quotaBlock,proto3" json:"quota_block,omitempty"`
+	// How long a rejected credential blocks the connection; unset: off.
+	AuthBlock *durationpb.Duration `protobuf:"bytes,11,opt,name=auth_block,json=authBlock,proto3" json:"auth_block,omitempty"`
+	// Probe leases a half-open connection grants at once.
+	MaxProbes uint32 `protobuf:"varint,12,opt,name=max_probes,json=maxProbes,proto3" json:"max_probes,omitempty"`
+	// A probe lease's time to live unless extended.
+	LeaseTtl      *durationpb.Duration `protobuf:"bytes,13,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Policy) Reset() {
+	*x = Policy{}
+	mi := &file_v1_cooldown_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Policy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Policy) ProtoMessage() {}
+
+func (x *Policy) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_cooldown_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Policy.ProtoReflect.Descriptor instead.
+func (*Policy) Descriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Policy) GetConsecutiveFailures() uint32 {
+	if x != nil {
+		return x.ConsecutiveFailures
+	}
+	return 0
+}
+
+func (x *Policy) GetFailureRate() float64 {
+	if x != nil {
+		return x.FailureRate
+	}
+	return 0
+}
+
+func (x *Policy) GetMinCalls() uint32 {
+	if x != nil {
+		return x.MinCalls
+	}
+	return 0
+}
+
+func (x *Policy) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *Policy) GetOpenBase() *durationpb.Duration {
+	if x != nil {
+		return x.OpenBase
+	}
+	return nil
+}
+
+func (x *Policy) GetOpenMax() *durationpb.Duration {
+	if x != nil {
+		return x.OpenMax
+	}
+	return nil
+}
+
+func (x *Policy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
+func (x *Policy) GetRateLimitCooldown() *durationpb.Duration {
+	if x != nil {
+		return x.RateLimitCooldown
+	}
+	return nil
+}
+
+func (x *Policy) GetOverloadFloor() *durationpb.Duration {
+	if x != nil {
+		return x.OverloadFloor
+	}
+	return nil
+}
+
+func (x *Policy) GetQuotaBlock() *durationpb.Duration {
+	if x != nil {
+		return x.QuotaBlock
+	}
+	return nil
+}
+
+func (x *Policy) GetAuthBlock() *durationpb.Duration {
+	if x != nil {
+		return x.AuthBlock
+	}
+	return nil
+}
+
+func (x *Policy) GetMaxProbes() uint32 {
+	if x != nil {
+		return x.MaxProbes
+	}
+	return 0
+}
+
+func (x *Policy) GetLeaseTtl() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtl
+	}
+	return nil
+}
+
 // Transition is one state change of a connection.
 type Transition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -725,7 +902,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_v1_cooldown_proto_msgTypes[2]
+	mi := &file_v1_cooldown_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +914,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[2]
+	mi := &file_v1_cooldown_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +927,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{2}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Transition) GetConnection() *Connection {
@@ -821,7 +998,7 @@ type AdmitRequest struct {
 
 func (x *AdmitRequest) Reset() {
 	*x = AdmitRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[3]
+	mi := &file_v1_cooldown_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1010,7 @@ func (x *AdmitRequest) String() string {
 func (*AdmitRequest) ProtoMessage() {}
 
 func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[3]
+	mi := &file_v1_cooldown_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1023,7 @@ func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRequest.ProtoReflect.Descriptor instead.
 func (*AdmitRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{3}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AdmitRequest) GetCandidates() []*Connection {
@@ -891,7 +1068,7 @@ type AdmitResponse struct {
 
 func (x *AdmitResponse) Reset() {
 	*x = AdmitResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[4]
+	mi := &file_v1_cooldown_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1080,7 @@ func (x *AdmitResponse) String() string {
 func (*AdmitResponse) ProtoMessage() {}
 
 func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[4]
+	mi := &file_v1_cooldown_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1093,7 @@ func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
 func (*AdmitResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{4}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AdmitResponse) GetDecision() Decision {
@@ -1015,7 +1192,7 @@ type CandidateDecision struct {
 
 func (x *CandidateDecision) Reset() {
 	*x = CandidateDecision{}
-	mi := &file_v1_cooldown_proto_msgTypes[5]
+	mi := &file_v1_cooldown_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1204,7 @@ func (x *CandidateDecision) String() string {
 func (*CandidateDecision) ProtoMessage() {}
 
 func (x *CandidateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[5]
+	mi := &file_v1_cooldown_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1217,7 @@ func (x *CandidateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidateDecision.ProtoReflect.Descriptor instead.
 func (*CandidateDecision) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{5}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CandidateDecision) GetDecision() Decision {
@@ -1107,7 +1284,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[6]
+	mi := &file_v1_cooldown_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1296,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[6]
+	mi := &file_v1_cooldown_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1309,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReportRequest) GetConnection() *Connection {
@@ -1210,7 +1387,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[7]
+	mi := &file_v1_cooldown_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1399,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[7]
+	mi := &file_v1_cooldown_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1412,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReportResponse) GetState() State {
@@ -1288,7 +1465,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[8]
+	mi := &file_v1_cooldown_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1477,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[8]
+	mi := &file_v1_cooldown_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1490,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{8}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ExtendLeaseRequest) GetConnection() *Connection {
@@ -1348,7 +1525,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[9]
+	mi := &file_v1_cooldown_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1537,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[9]
+	mi := &file_v1_cooldown_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1550,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{9}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendLeaseResponse) GetLeaseExpiresAt() *timestamppb.Timestamp {
@@ -1389,14 +1566,18 @@ type GetConnectionRequest struct {
 	// The 32-byte connection id.
 	Id []byte `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// How many recent transitions to return (0: none, at most 50).
-	HistoryLimit  uint32 `protobuf:"varint,2,opt,name=history_limit,json=historyLimit,proto3" json:"history_limit,omitempty"`
+	HistoryLimit uint32 `protobuf:"varint,2,opt,name=history_limit,json=historyLimit,proto3" json:"history_limit,omitempty"`
+	// The connection's tenant, for the operator role, which reads every
+	// tenant; empty: the caller's own tenant. A tenant-scoped caller may only
+	// name its own tenant.
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[10]
+	mi := &file_v1_cooldown_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1589,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[10]
+	mi := &file_v1_cooldown_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1602,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{10}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetConnectionRequest) GetId() []byte {
@@ -1438,20 +1619,35 @@ func (x *GetConnectionRequest) GetHistoryLimit() uint32 {
 	return 0
 }
 
+func (x *GetConnectionRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
 // GetConnectionResponse is one connection's state and history.
 type GetConnectionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The state (closed with revision 0 when the connection is unknown).
+	// The state; for a connection cooldownd holds no state of (found is
+	// false), that of a closed connection with revision 0.
 	Connection *ConnectionState `protobuf:"bytes,1,opt,name=connection,proto3" json:"connection,omitempty"`
 	// The most recent transitions, newest first.
-	History       []*Transition `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	History []*Transition `protobuf:"bytes,2,rep,name=history,proto3" json:"history,omitempty"`
+	// The breaker policy in effect for this connection.
+	Policy *Policy `protobuf:"bytes,3,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Whether cooldownd holds state for this connection. False when it was
+	// never reported on or its state expired (idle TTL): the id may be
+	// mistyped, and the closed state above is only what a first call would
+	// see.
+	Found         bool `protobuf:"varint,4,opt,name=found,proto3" json:"found,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetConnectionResponse) Reset() {
 	*x = GetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[11]
+	mi := &file_v1_cooldown_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1659,7 @@ func (x *GetConnectionResponse) String() string {
 func (*GetConnectionResponse) ProtoMessage() {}
 
 func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[11]
+	mi := &file_v1_cooldown_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1672,7 @@ func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*GetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{11}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetConnectionResponse) GetConnection() *ConnectionState {
@@ -1493,20 +1689,38 @@ func (x *GetConnectionResponse) GetHistory() []*Transition {
 	return nil
 }
 
+func (x *GetConnectionResponse) GetPolicy() *Policy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+func (x *GetConnectionResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
 // ListConnectionsRequest pages through connections.
 type ListConnectionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Page size, 1 to 500; 0 means 100.
 	PageSize uint32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// The next_page_token of the previous page, empty for the first page.
-	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// Only this tenant's connections, for the operator role; empty: every
+	// tenant's (operator) or the caller's own. A tenant-scoped caller may
+	// only name its own tenant.
+	Tenant        string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[12]
+	mi := &file_v1_cooldown_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1732,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[12]
+	mi := &file_v1_cooldown_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1745,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{12}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListConnectionsRequest) GetPageSize() uint32 {
@@ -1548,7 +1762,15 @@ func (x *ListConnectionsRequest) GetPageToken() string {
 	return ""
 }
 
-// ListConnectionsResponse is one page of connections, ordered by id.
+func (x *ListConnectionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// ListConnectionsResponse is one page of connections, ordered by id (across
+// tenants: by tenant, then id).
 type ListConnectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The connections.
@@ -1561,7 +1783,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1795,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1808,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionState {
@@ -1608,14 +1830,18 @@ type WatchConnectionsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Whether to send every current connection first (as events with
 	// snapshot=true), then changes.
-	Snapshot      bool `protobuf:"varint,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Snapshot bool `protobuf:"varint,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	// Only this tenant's connections, for the operator role; empty: every
+	// tenant's (operator) or the caller's own. A tenant-scoped caller may
+	// only name its own tenant.
+	Tenant        string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WatchConnectionsRequest) Reset() {
 	*x = WatchConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1627,7 +1853,7 @@ func (x *WatchConnectionsRequest) String() string {
 func (*WatchConnectionsRequest) ProtoMessage() {}
 
 func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1640,7 +1866,7 @@ func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchConnectionsRequest) GetSnapshot() bool {
@@ -1650,9 +1876,21 @@ func (x *WatchConnectionsRequest) GetSnapshot() bool {
 	return false
 }
 
-// WatchConnectionsResponse is one change. A message with no connection is a
-// heartbeat, sent when the stream has been idle (every 15 s by default) so
-// that proxies keep it open; skip it.
+func (x *WatchConnectionsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+// WatchConnectionsResponse is one change, or an empty message (no
+// connection). The first empty message of a stream marks the end of the
+// snapshot: every entry before it has snapshot=true, every entry after it
+// is a change, so a client that asked for a snapshot may drop connections
+// it holds that the snapshot did not name. It is sent even without a
+// snapshot, once the subscription is live. Later empty messages are
+// heartbeats, sent when the stream has been idle (every 15 s by default) so
+// that proxies keep it open; skip them.
 type WatchConnectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The connection's state after the change.
@@ -1667,7 +1905,7 @@ type WatchConnectionsResponse struct {
 
 func (x *WatchConnectionsResponse) Reset() {
 	*x = WatchConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1917,7 @@ func (x *WatchConnectionsResponse) String() string {
 func (*WatchConnectionsResponse) ProtoMessage() {}
 
 func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1930,7 @@ func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchConnectionsResponse) GetConnection() *ConnectionState {
@@ -1729,7 +1967,7 @@ type ResetConnectionRequest struct {
 
 func (x *ResetConnectionRequest) Reset() {
 	*x = ResetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1979,7 @@ func (x *ResetConnectionRequest) String() string {
 func (*ResetConnectionRequest) ProtoMessage() {}
 
 func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1992,7 @@ func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ResetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ResetConnectionRequest) GetId() []byte {
@@ -1782,7 +2020,7 @@ type ResetConnectionResponse struct {
 
 func (x *ResetConnectionResponse) Reset() {
 	*x = ResetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2032,7 @@ func (x *ResetConnectionResponse) String() string {
 func (*ResetConnectionResponse) ProtoMessage() {}
 
 func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2045,7 @@ func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ResetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResetConnectionResponse) GetConnection() *ConnectionState {
@@ -1834,7 +2072,7 @@ type ForceConnectionRequest struct {
 
 func (x *ForceConnectionRequest) Reset() {
 	*x = ForceConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2084,7 @@ func (x *ForceConnectionRequest) String() string {
 func (*ForceConnectionRequest) ProtoMessage() {}
 
 func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2097,7 @@ func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ForceConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ForceConnectionRequest) GetId() []byte {
@@ -1901,7 +2139,7 @@ type ForceConnectionResponse struct {
 
 func (x *ForceConnectionResponse) Reset() {
 	*x = ForceConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2151,7 @@ func (x *ForceConnectionResponse) String() string {
 func (*ForceConnectionResponse) ProtoMessage() {}
 
 func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2164,7 @@ func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ForceConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForceConnectionResponse) GetConnection() *ConnectionState {
@@ -1944,7 +2182,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"Connection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
-	"\x05label\x18\x02 \x01(\tR\x05label\"\xb9\a\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\xd1\a\n" +
 	"\x0fConnectionState\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -1971,7 +2209,26 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"changed_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tchangedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xb5\x02\n" +
+	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x16\n" +
+	"\x06tenant\x18\x14 \x01(\tR\x06tenant\"\x8e\x05\n" +
+	"\x06Policy\x121\n" +
+	"\x14consecutive_failures\x18\x01 \x01(\rR\x13consecutiveFailures\x12!\n" +
+	"\ffailure_rate\x18\x02 \x01(\x01R\vfailureRate\x12\x1b\n" +
+	"\tmin_calls\x18\x03 \x01(\rR\bminCalls\x121\n" +
+	"\x06window\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06window\x126\n" +
+	"\topen_base\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\bopenBase\x124\n" +
+	"\bopen_max\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\aopenMax\x12\x16\n" +
+	"\x06jitter\x18\a \x01(\x01R\x06jitter\x12I\n" +
+	"\x13rate_limit_cooldown\x18\b \x01(\v2\x19.google.protobuf.DurationR\x11rateLimitCooldown\x12@\n" +
+	"\x0eoverload_floor\x18\t \x01(\v2\x19.google.protobuf.DurationR\roverloadFloor\x12:\n" +
+	"\vquota_block\x18\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"quotaBlock\x128\n" +
+	"\n" +
+	"auth_block\x18\v \x01(\v2\x19.google.protobuf.DurationR\tauthBlock\x12\x1d\n" +
+	"\n" +
+	"max_probes\x18\f \x01(\rR\tmaxProbes\x126\n" +
+	"\tlease_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"\xb5\x02\n" +
 	"\n" +
 	"Transition\x127\n" +
 	"\n" +
@@ -2045,24 +2302,29 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"leaseToken\x12+\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"[\n" +
 	"\x13ExtendLeaseResponse\x12D\n" +
-	"\x10lease_expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"K\n" +
+	"\x10lease_expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\"c\n" +
 	"\x14GetConnectionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12#\n" +
-	"\rhistory_limit\x18\x02 \x01(\rR\fhistoryLimit\"\x88\x01\n" +
+	"\rhistory_limit\x18\x02 \x01(\rR\fhistoryLimit\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\xcb\x01\n" +
 	"\x15GetConnectionResponse\x12<\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x1c.cooldown.v1.ConnectionStateR\n" +
 	"connection\x121\n" +
-	"\ahistory\x18\x02 \x03(\v2\x17.cooldown.v1.TransitionR\ahistory\"T\n" +
+	"\ahistory\x18\x02 \x03(\v2\x17.cooldown.v1.TransitionR\ahistory\x12+\n" +
+	"\x06policy\x18\x03 \x01(\v2\x13.cooldown.v1.PolicyR\x06policy\x12\x14\n" +
+	"\x05found\x18\x04 \x01(\bR\x05found\"l\n" +
 	"\x16ListConnectionsRequest\x12\x1b\n" +
 	"\tpage_size\x18\x01 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x02 \x01(\tR\tpageToken\"\x81\x01\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\"\x81\x01\n" +
 	"\x17ListConnectionsResponse\x12>\n" +
 	"\vconnections\x18\x01 \x03(\v2\x1c.cooldown.v1.ConnectionStateR\vconnections\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"5\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"M\n" +
 	"\x17WatchConnectionsRequest\x12\x1a\n" +
-	"\bsnapshot\x18\x01 \x01(\bR\bsnapshot\"\xad\x01\n" +
+	"\bsnapshot\x18\x01 \x01(\bR\bsnapshot\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"\xad\x01\n" +
 	"\x18WatchConnectionsResponse\x12<\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x1c.cooldown.v1.ConnectionStateR\n" +
@@ -2107,7 +2369,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\fSTATE_CLOSED\x10\x01\x12\x0e\n" +
 	"\n" +
 	"STATE_OPEN\x10\x02\x12\x13\n" +
-	"\x0fSTATE_HALF_OPEN\x10\x03*\xe9\x01\n" +
+	"\x0fSTATE_HALF_OPEN\x10\x03*\x85\x02\n" +
 	"\x05Cause\x12\x15\n" +
 	"\x11CAUSE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rCAUSE_BREAKER\x10\x01\x12\x14\n" +
@@ -2121,7 +2383,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x13CAUSE_PROBE_SUCCESS\x10\b\x12\x16\n" +
 	"\x12CAUSE_OPEN_EXPIRED\x10\t\x12\x17\n" +
 	"\x13CAUSE_FORCE_EXPIRED\x10\n" +
-	"*\xef\x01\n" +
+	"\x12\x1a\n" +
+	"\x16CAUSE_OVERRIDE_CLEARED\x10\v*\xef\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fOUTCOME_SUCCESS\x10\x01\x12\x1d\n" +
@@ -2160,7 +2423,7 @@ func file_v1_cooldown_proto_rawDescGZIP() []byte {
 }
 
 var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_v1_cooldown_proto_goTypes = []any{
 	(Decision)(0),                    // 0: cooldown.v1.Decision
 	(DenyReason)(0),                  // 1: cooldown.v1.DenyReason
@@ -2170,95 +2433,105 @@ var file_v1_cooldown_proto_goTypes = []any{
 	(Override)(0),                    // 5: cooldown.v1.Override
 	(*Connection)(nil),               // 6: cooldown.v1.Connection
 	(*ConnectionState)(nil),          // 7: cooldown.v1.ConnectionState
-	(*Transition)(nil),               // 8: cooldown.v1.Transition
-	(*AdmitRequest)(nil),             // 9: cooldown.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 10: cooldown.v1.AdmitResponse
-	(*CandidateDecision)(nil),        // 11: cooldown.v1.CandidateDecision
-	(*ReportRequest)(nil),            // 12: cooldown.v1.ReportRequest
-	(*ReportResponse)(nil),           // 13: cooldown.v1.ReportResponse
-	(*ExtendLeaseRequest)(nil),       // 14: cooldown.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),      // 15: cooldown.v1.ExtendLeaseResponse
-	(*GetConnectionRequest)(nil),     // 16: cooldown.v1.GetConnectionRequest
-	(*GetConnectionResponse)(nil),    // 17: cooldown.v1.GetConnectionResponse
-	(*ListConnectionsRequest)(nil),   // 18: cooldown.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),  // 19: cooldown.v1.ListConnectionsResponse
-	(*WatchConnectionsRequest)(nil),  // 20: cooldown.v1.WatchConnectionsRequest
-	(*WatchConnectionsResponse)(nil), // 21: cooldown.v1.WatchConnectionsResponse
-	(*ResetConnectionRequest)(nil),   // 22: cooldown.v1.ResetConnectionRequest
-	(*ResetConnectionResponse)(nil),  // 23: cooldown.v1.ResetConnectionResponse
-	(*ForceConnectionRequest)(nil),   // 24: cooldown.v1.ForceConnectionRequest
-	(*ForceConnectionResponse)(nil),  // 25: cooldown.v1.ForceConnectionResponse
-	(*timestamppb.Timestamp)(nil),    // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 27: google.protobuf.Duration
+	(*Policy)(nil),                   // 8: cooldown.v1.Policy
+	(*Transition)(nil),               // 9: cooldown.v1.Transition
+	(*AdmitRequest)(nil),             // 10: cooldown.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 11: cooldown.v1.AdmitResponse
+	(*CandidateDecision)(nil),        // 12: cooldown.v1.CandidateDecision
+	(*ReportRequest)(nil),            // 13: cooldown.v1.ReportRequest
+	(*ReportResponse)(nil),           // 14: cooldown.v1.ReportResponse
+	(*ExtendLeaseRequest)(nil),       // 15: cooldown.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),      // 16: cooldown.v1.ExtendLeaseResponse
+	(*GetConnectionRequest)(nil),     // 17: cooldown.v1.GetConnectionRequest
+	(*GetConnectionResponse)(nil),    // 18: cooldown.v1.GetConnectionResponse
+	(*ListConnectionsRequest)(nil),   // 19: cooldown.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),  // 20: cooldown.v1.ListConnectionsResponse
+	(*WatchConnectionsRequest)(nil),  // 21: cooldown.v1.WatchConnectionsRequest
+	(*WatchConnectionsResponse)(nil), // 22: cooldown.v1.WatchConnectionsResponse
+	(*ResetConnectionRequest)(nil),   // 23: cooldown.v1.ResetConnectionRequest
+	(*ResetConnectionResponse)(nil),  // 24: cooldown.v1.ResetConnectionResponse
+	(*ForceConnectionRequest)(nil),   // 25: cooldown.v1.ForceConnectionRequest
+	(*ForceConnectionResponse)(nil),  // 26: cooldown.v1.ForceConnectionResponse
+	(*timestamppb.Timestamp)(nil),    // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
 }
 var file_v1_cooldown_proto_depIdxs = []int32{
 	6,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
 	2,  // 1: cooldown.v1.ConnectionState.state:type_name -> cooldown.v1.State
 	3,  // 2: cooldown.v1.ConnectionState.cause:type_name -> cooldown.v1.Cause
-	26, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
-	27, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
-	26, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
+	27, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
+	28, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
+	27, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: cooldown.v1.ConnectionState.last_outcome:type_name -> cooldown.v1.Outcome
 	5,  // 7: cooldown.v1.ConnectionState.override:type_name -> cooldown.v1.Override
-	26, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
-	26, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
-	26, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 11: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
-	26, // 12: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	2,  // 13: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
-	2,  // 14: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
-	3,  // 15: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
-	6,  // 16: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
-	0,  // 17: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
-	27, // 18: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	26, // 19: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
-	1,  // 20: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
-	26, // 21: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 22: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
-	11, // 23: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	26, // 24: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
-	0,  // 25: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
-	1,  // 26: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	27, // 27: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
-	2,  // 28: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
-	6,  // 29: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
-	4,  // 30: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	27, // 31: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
-	2,  // 32: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	26, // 33: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
-	6,  // 34: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	27, // 35: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 36: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 37: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	8,  // 38: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	7,  // 39: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	7,  // 40: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	8,  // 41: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	7,  // 42: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 43: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	27, // 44: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	7,  // 45: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	9,  // 46: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	12, // 47: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	14, // 48: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	16, // 49: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	18, // 50: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	20, // 51: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	22, // 52: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	24, // 53: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	10, // 54: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	13, // 55: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	15, // 56: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	17, // 57: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	19, // 58: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	21, // 59: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	23, // 60: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	25, // 61: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	54, // [54:62] is the sub-list for method output_type
-	46, // [46:54] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	27, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
+	27, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
+	27, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
+	28, // 11: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
+	28, // 12: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
+	28, // 13: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
+	28, // 14: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
+	28, // 15: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
+	28, // 16: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
+	28, // 17: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
+	28, // 18: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	6,  // 19: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
+	27, // 20: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	2,  // 21: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
+	2,  // 22: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
+	3,  // 23: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
+	6,  // 24: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
+	0,  // 25: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
+	28, // 26: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	27, // 27: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
+	1,  // 28: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
+	27, // 29: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 30: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
+	12, // 31: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
+	27, // 32: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	0,  // 33: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
+	1,  // 34: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
+	28, // 35: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	2,  // 36: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
+	6,  // 37: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
+	4,  // 38: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
+	28, // 39: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	2,  // 40: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
+	27, // 41: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	6,  // 42: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	28, // 43: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	27, // 44: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 45: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	9,  // 46: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	8,  // 47: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
+	7,  // 48: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	7,  // 49: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	9,  // 50: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	7,  // 51: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 52: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	28, // 53: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	7,  // 54: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	10, // 55: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	13, // 56: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	15, // 57: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	17, // 58: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	19, // 59: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	21, // 60: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	23, // 61: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	25, // 62: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	11, // 63: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	14, // 64: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	16, // 65: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	18, // 66: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	20, // 67: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	22, // 68: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	24, // 69: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	26, // 70: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	63, // [63:71] is the sub-list for method output_type
+	55, // [55:63] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
@@ -2272,7 +2545,7 @@ func file_v1_cooldown_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_cooldown_proto_rawDesc), len(file_v1_cooldown_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -79,10 +79,14 @@ type CooldownServiceClient interface {
 	// GetConnection returns one connection's current state and its recent
 	// transitions.
 	GetConnection(context.Context, *connect.Request[cooldownv1.GetConnectionRequest]) (*connect.Response[cooldownv1.GetConnectionResponse], error)
-	// ListConnections pages through the caller's tenant's connections.
+	// ListConnections pages through the caller's tenant's connections (the
+	// operator role: every tenant's, or one tenant's).
 	ListConnections(context.Context, *connect.Request[cooldownv1.ListConnectionsRequest]) (*connect.Response[cooldownv1.ListConnectionsResponse], error)
 	// WatchConnections streams state changes of the caller's tenant's
-	// connections as they happen.
+	// connections as they happen (the operator role: every tenant's, or one
+	// tenant's). With snapshot=true the current connections come first, then
+	// one empty message, the end-of-snapshot marker; then the changes, and an
+	// empty heartbeat whenever the stream has been idle.
 	WatchConnections(context.Context, *connect.Request[cooldownv1.WatchConnectionsRequest]) (*connect.ServerStreamForClient[cooldownv1.WatchConnectionsResponse], error)
 }
 
@@ -192,10 +196,14 @@ type CooldownServiceHandler interface {
 	// GetConnection returns one connection's current state and its recent
 	// transitions.
 	GetConnection(context.Context, *connect.Request[cooldownv1.GetConnectionRequest]) (*connect.Response[cooldownv1.GetConnectionResponse], error)
-	// ListConnections pages through the caller's tenant's connections.
+	// ListConnections pages through the caller's tenant's connections (the
+	// operator role: every tenant's, or one tenant's).
 	ListConnections(context.Context, *connect.Request[cooldownv1.ListConnectionsRequest]) (*connect.Response[cooldownv1.ListConnectionsResponse], error)
 	// WatchConnections streams state changes of the caller's tenant's
-	// connections as they happen.
+	// connections as they happen (the operator role: every tenant's, or one
+	// tenant's). With snapshot=true the current connections come first, then
+	// one empty message, the end-of-snapshot marker; then the changes, and an
+	// empty heartbeat whenever the stream has been idle.
 	WatchConnections(context.Context, *connect.Request[cooldownv1.WatchConnectionsRequest], *connect.ServerStream[cooldownv1.WatchConnectionsResponse]) error
 }
 

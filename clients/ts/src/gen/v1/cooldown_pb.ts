@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file v1/cooldown.proto.
  */
 export const file_v1_cooldown: GenFile = /*@__PURE__*/
-  fileDesc("ChF2MS9jb29sZG93bi5wcm90bxILY29vbGRvd24udjEiJwoKQ29ubmVjdGlvbhIKCgJpZBgBIAEoDBINCgVsYWJlbBgCIAEoCSLEBQoPQ29ubmVjdGlvblN0YXRlEisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEiEKBXN0YXRlGAIgASgOMhIuY29vbGRvd24udjEuU3RhdGUSIQoFY2F1c2UYAyABKA4yEi5jb29sZG93bi52MS5DYXVzZRIQCghyZXZpc2lvbhgEIAEoBBIuCgpvcGVuX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgtyZXRyeV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBwcm9iZXNfaW5fZmxpZ2h0GAcgASgNEjQKEHByb2JlX3N0YXJ0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAkgASgNEg8KB3Jlb3BlbnMYCiABKA0SGAoQcmVjZW50X3N1Y2Nlc3NlcxgLIAEoBBIXCg9yZWNlbnRfZmFpbHVyZXMYDCABKAQSGAoQbGFzdF9odHRwX3N0YXR1cxgNIAEoDRIqCgxsYXN0X291dGNvbWUYDiABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEhcKD2xhc3RfZXJyb3JfY29kZRgPIAEoCRInCghvdmVycmlkZRgQIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEjIKDm92ZXJyaWRlX3VudGlsGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjaGFuZ2VkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCL5AQoKVHJhbnNpdGlvbhIrCgpjb25uZWN0aW9uGAEgASgLMhcuY29vbGRvd24udjEuQ29ubmVjdGlvbhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIgCgRmcm9tGAMgASgOMhIuY29vbGRvd24udjEuU3RhdGUSHgoCdG8YBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIhCgVjYXVzZRgFIAEoDjISLmNvb2xkb3duLnYxLkNhdXNlEhAKCHJldmlzaW9uGAYgASgEEg0KBWFjdG9yGAcgASgJEg4KBnJlYXNvbhgIIAEoCSI7CgxBZG1pdFJlcXVlc3QSKwoKY2FuZGlkYXRlcxgBIAMoCzIXLmNvb2xkb3duLnYxLkNvbm5lY3Rpb24ixgMKDUFkbWl0UmVzcG9uc2USJwoIZGVjaXNpb24YASABKA4yFS5jb29sZG93bi52MS5EZWNpc2lvbhIXCg9jYW5kaWRhdGVfaW5kZXgYAiABKA0SEAoIcmV2aXNpb24YAyABKAQSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoMYXZhaWxhYmxlX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtkZW55X3JlYXNvbhgGIAEoDjIXLmNvb2xkb3duLnYxLkRlbnlSZWFzb24SEwoLbGVhc2VfdG9rZW4YByABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYCSABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIyCgpjYW5kaWRhdGVzGAogAygLMh4uY29vbGRvd24udjEuQ2FuZGlkYXRlRGVjaXNpb24SLwoLc2VydmVyX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIs8BChFDYW5kaWRhdGVEZWNpc2lvbhInCghkZWNpc2lvbhgBIAEoDjIVLmNvb2xkb3duLnYxLkRlY2lzaW9uEiwKC2RlbnlfcmVhc29uGAIgASgOMhcuY29vbGRvd24udjEuRGVueVJlYXNvbhIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhCgVzdGF0ZRgEIAEoDjISLmNvb2xkb3duLnYxLlN0YXRlEhAKCHJldmlzaW9uGAUgASgEIvIBCg1SZXBvcnRSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhAKCHJldmlzaW9uGAIgASgEEhMKC2xlYXNlX3Rva2VuGAMgASgJEiUKB291dGNvbWUYBCABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2h0dHBfc3RhdHVzGAYgASgNEhIKCmVycm9yX2NvZGUYByABKAkSDQoFY291bnQYCCABKA0imQEKDlJlcG9ydFJlc3BvbnNlEiEKBXN0YXRlGAEgASgOMhIuY29vbGRvd24udjEuU3RhdGUSEAoIcmV2aXNpb24YAiABKAQSEAoIYWNjZXB0ZWQYAyABKAgSDwoHY2hhbmdlZBgEIAEoCBIvCgtzZXJ2ZXJfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifgoSRXh0ZW5kTGVhc2VSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhMKC2xlYXNlX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJLChNFeHRlbmRMZWFzZVJlc3BvbnNlEjQKEGxlYXNlX2V4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIjkKFEdldENvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEhUKDWhpc3RvcnlfbGltaXQYAiABKA0icwoVR2V0Q29ubmVjdGlvblJlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUSKAoHaGlzdG9yeRgCIAMoCzIXLmNvb2xkb3duLnYxLlRyYW5zaXRpb24iPwoWTGlzdENvbm5lY3Rpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCSJlChdMaXN0Q29ubmVjdGlvbnNSZXNwb25zZRIxCgtjb25uZWN0aW9ucxgBIAMoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiKwoXV2F0Y2hDb25uZWN0aW9uc1JlcXVlc3QSEAoIc25hcHNob3QYASABKAgiiwEKGFdhdGNoQ29ubmVjdGlvbnNSZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlEisKCnRyYW5zaXRpb24YAiABKAsyFy5jb29sZG93bi52MS5UcmFuc2l0aW9uEhAKCHNuYXBzaG90GAMgASgIIjQKFlJlc2V0Q29ubmVjdGlvblJlcXVlc3QSCgoCaWQYASABKAwSDgoGcmVhc29uGAIgASgJIksKF1Jlc2V0Q29ubmVjdGlvblJlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUiigEKFkZvcmNlQ29ubmVjdGlvblJlcXVlc3QSCgoCaWQYASABKAwSJwoIb3ZlcnJpZGUYAiABKA4yFS5jb29sZG93bi52MS5PdmVycmlkZRIrCghkdXJhdGlvbhgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZyZWFzb24YBCABKAkiSwoXRm9yY2VDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZSplCghEZWNpc2lvbhIYChRERUNJU0lPTl9VTlNQRUNJRklFRBAAEhIKDkRFQ0lTSU9OX0FMTE9XEAESGAoUREVDSVNJT05fQUxMT1dfUFJPQkUQAhIRCg1ERUNJU0lPTl9ERU5ZEAMq4AEKCkRlbnlSZWFzb24SGwoXREVOWV9SRUFTT05fVU5TUEVDSUZJRUQQABIYChRERU5ZX1JFQVNPTl9DT09MRE9XThABEhQKEERFTllfUkVBU09OX09QRU4QAhIfChtERU5ZX1JFQVNPTl9QUk9CRV9JTl9GTElHSFQQAxIVChFERU5ZX1JFQVNPTl9RVU9UQRAEEhQKEERFTllfUkVBU09OX0FVVEgQBRIbChdERU5ZX1JFQVNPTl9GT1JDRURfT1BFThAGEhoKFkRFTllfUkVBU09OX09WRVJMT0FERUQQBypVCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEhAKDFNUQVRFX0NMT1NFRBABEg4KClNUQVRFX09QRU4QAhITCg9TVEFURV9IQUxGX09QRU4QAyrpAQoFQ2F1c2USFQoRQ0FVU0VfVU5TUEVDSUZJRUQQABIRCg1DQVVTRV9CUkVBS0VSEAESFAoQQ0FVU0VfUkFURV9MSU1JVBACEhIKDkNBVVNFX09WRVJMT0FEEAMSDwoLQ0FVU0VfUVVPVEEQBBIOCgpDQVVTRV9BVVRIEAUSEAoMQ0FVU0VfRk9SQ0VEEAYSDwoLQ0FVU0VfUkVTRVQQBxIXChNDQVVTRV9QUk9CRV9TVUNDRVNTEAgSFgoSQ0FVU0VfT1BFTl9FWFBJUkVEEAkSFwoTQ0FVU0VfRk9SQ0VfRVhQSVJFRBAKKu8BCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABITCg9PVVRDT01FX1NVQ0NFU1MQARIdChlPVVRDT01FX1RSQU5TSUVOVF9GQUlMVVJFEAISGAoUT1VUQ09NRV9SQVRFX0xJTUlURUQQAxIWChJPVVRDT01FX09WRVJMT0FERUQQBBIbChdPVVRDT01FX1FVT1RBX0VYSEFVU1RFRBAFEhgKFE9VVENPTUVfQVVUSF9GQUlMVVJFEAYSGAoUT1VUQ09NRV9DTElFTlRfRVJST1IQBxIUChBPVVRDT01FX0NBTkNFTEVEEAgqWgoIT3ZlcnJpZGUSGAoUT1ZFUlJJREVfVU5TUEVDSUZJRUQQABIYChRPVkVSUklERV9GT1JDRURfT1BFThABEhoKFk9WRVJSSURFX0ZPUkNFRF9DTE9TRUQQAjKOBAoPQ29vbGRvd25TZXJ2aWNlEj4KBUFkbWl0EhkuY29vbGRvd24udjEuQWRtaXRSZXF1ZXN0GhouY29vbGRvd24udjEuQWRtaXRSZXNwb25zZRJBCgZSZXBvcnQSGi5jb29sZG93bi52MS5SZXBvcnRSZXF1ZXN0GhsuY29vbGRvd24udjEuUmVwb3J0UmVzcG9uc2USUAoLRXh0ZW5kTGVhc2USHy5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIC5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElsKDUdldENvbm5lY3Rpb24SIS5jb29sZG93bi52MS5HZXRDb25uZWN0aW9uUmVxdWVzdBoiLmNvb2xkb3duLnYxLkdldENvbm5lY3Rpb25SZXNwb25zZSIDkAIBEmEKD0xpc3RDb25uZWN0aW9ucxIjLmNvb2xkb3duLnYxLkxpc3RDb25uZWN0aW9uc1JlcXVlc3QaJC5jb29sZG93bi52MS5MaXN0Q29ubmVjdGlvbnNSZXNwb25zZSIDkAIBEmYKEFdhdGNoQ29ubmVjdGlvbnMSJC5jb29sZG93bi52MS5XYXRjaENvbm5lY3Rpb25zUmVxdWVzdBolLmNvb2xkb3duLnYxLldhdGNoQ29ubmVjdGlvbnNSZXNwb25zZSIDkAIBMAEyygEKDEFkbWluU2VydmljZRJcCg9SZXNldENvbm5lY3Rpb24SIy5jb29sZG93bi52MS5SZXNldENvbm5lY3Rpb25SZXF1ZXN0GiQuY29vbGRvd24udjEuUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USXAoPRm9yY2VDb25uZWN0aW9uEiMuY29vbGRvd24udjEuRm9yY2VDb25uZWN0aW9uUmVxdWVzdBokLmNvb2xkb3duLnYxLkZvcmNlQ29ubmVjdGlvblJlc3BvbnNlQjZaNGdpdGh1Yi5jb20vY29vbGRvd25kL2Nvb2xkb3duZC9hcGkvdjEvZ2VuL2Nvb2xkb3dudjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChF2MS9jb29sZG93bi5wcm90bxILY29vbGRvd24udjEiJwoKQ29ubmVjdGlvbhIKCgJpZBgBIAEoDBINCgVsYWJlbBgCIAEoCSLUBQoPQ29ubmVjdGlvblN0YXRlEisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEiEKBXN0YXRlGAIgASgOMhIuY29vbGRvd24udjEuU3RhdGUSIQoFY2F1c2UYAyABKA4yEi5jb29sZG93bi52MS5DYXVzZRIQCghyZXZpc2lvbhgEIAEoBBIuCgpvcGVuX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgtyZXRyeV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBwcm9iZXNfaW5fZmxpZ2h0GAcgASgNEjQKEHByb2JlX3N0YXJ0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAkgASgNEg8KB3Jlb3BlbnMYCiABKA0SGAoQcmVjZW50X3N1Y2Nlc3NlcxgLIAEoBBIXCg9yZWNlbnRfZmFpbHVyZXMYDCABKAQSGAoQbGFzdF9odHRwX3N0YXR1cxgNIAEoDRIqCgxsYXN0X291dGNvbWUYDiABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEhcKD2xhc3RfZXJyb3JfY29kZRgPIAEoCRInCghvdmVycmlkZRgQIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEjIKDm92ZXJyaWRlX3VudGlsGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjaGFuZ2VkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYFCABKAki8QMKBlBvbGljeRIcChRjb25zZWN1dGl2ZV9mYWlsdXJlcxgBIAEoDRIUCgxmYWlsdXJlX3JhdGUYAiABKAESEQoJbWluX2NhbGxzGAMgASgNEikKBndpbmRvdxgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCglvcGVuX2Jhc2UYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIb3Blbl9tYXgYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGaml0dGVyGAcgASgBEjYKE3JhdGVfbGltaXRfY29vbGRvd24YCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMQoOb3ZlcmxvYWRfZmxvb3IYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLcXVvdGFfYmxvY2sYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoKYXV0aF9ibG9jaxgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgptYXhfcHJvYmVzGAwgASgNEiwKCWxlYXNlX3R0bBgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiL5AQoKVHJhbnNpdGlvbhIrCgpjb25uZWN0aW9uGAEgASgLMhcuY29vbGRvd24udjEuQ29ubmVjdGlvbhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIgCgRmcm9tGAMgASgOMhIuY29vbGRvd24udjEuU3RhdGUSHgoCdG8YBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIhCgVjYXVzZRgFIAEoDjISLmNvb2xkb3duLnYxLkNhdXNlEhAKCHJldmlzaW9uGAYgASgEEg0KBWFjdG9yGAcgASgJEg4KBnJlYXNvbhgIIAEoCSI7CgxBZG1pdFJlcXVlc3QSKwoKY2FuZGlkYXRlcxgBIAMoCzIXLmNvb2xkb3duLnYxLkNvbm5lY3Rpb24ixgMKDUFkbWl0UmVzcG9uc2USJwoIZGVjaXNpb24YASABKA4yFS5jb29sZG93bi52MS5EZWNpc2lvbhIXCg9jYW5kaWRhdGVfaW5kZXgYAiABKA0SEAoIcmV2aXNpb24YAyABKAQSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoMYXZhaWxhYmxlX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtkZW55X3JlYXNvbhgGIAEoDjIXLmNvb2xkb3duLnYxLkRlbnlSZWFzb24SEwoLbGVhc2VfdG9rZW4YByABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYCSABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIyCgpjYW5kaWRhdGVzGAogAygLMh4uY29vbGRvd24udjEuQ2FuZGlkYXRlRGVjaXNpb24SLwoLc2VydmVyX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIs8BChFDYW5kaWRhdGVEZWNpc2lvbhInCghkZWNpc2lvbhgBIAEoDjIVLmNvb2xkb3duLnYxLkRlY2lzaW9uEiwKC2RlbnlfcmVhc29uGAIgASgOMhcuY29vbGRvd24udjEuRGVueVJlYXNvbhIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhCgVzdGF0ZRgEIAEoDjISLmNvb2xkb3duLnYxLlN0YXRlEhAKCHJldmlzaW9uGAUgASgEIvIBCg1SZXBvcnRSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhAKCHJldmlzaW9uGAIgASgEEhMKC2xlYXNlX3Rva2VuGAMgASgJEiUKB291dGNvbWUYBCABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2h0dHBfc3RhdHVzGAYgASgNEhIKCmVycm9yX2NvZGUYByABKAkSDQoFY291bnQYCCABKA0imQEKDlJlcG9ydFJlc3BvbnNlEiEKBXN0YXRlGAEgASgOMhIuY29vbGRvd24udjEuU3RhdGUSEAoIcmV2aXNpb24YAiABKAQSEAoIYWNjZXB0ZWQYAyABKAgSDwoHY2hhbmdlZBgEIAEoCBIvCgtzZXJ2ZXJfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifgoSRXh0ZW5kTGVhc2VSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhMKC2xlYXNlX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJLChNFeHRlbmRMZWFzZVJlc3BvbnNlEjQKEGxlYXNlX2V4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkkKFEdldENvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEhUKDWhpc3RvcnlfbGltaXQYAiABKA0SDgoGdGVuYW50GAMgASgJIqcBChVHZXRDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIoCgdoaXN0b3J5GAIgAygLMhcuY29vbGRvd24udjEuVHJhbnNpdGlvbhIjCgZwb2xpY3kYAyABKAsyEy5jb29sZG93bi52MS5Qb2xpY3kSDQoFZm91bmQYBCABKAgiTwoWTGlzdENvbm5lY3Rpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiZQoXTGlzdENvbm5lY3Rpb25zUmVzcG9uc2USMQoLY29ubmVjdGlvbnMYASADKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKF1dhdGNoQ29ubmVjdGlvbnNSZXF1ZXN0EhAKCHNuYXBzaG90GAEgASgIEg4KBnRlbmFudBgCIAEoCSKLAQoYV2F0Y2hDb25uZWN0aW9uc1Jlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUSKwoKdHJhbnNpdGlvbhgCIAEoCzIXLmNvb2xkb3duLnYxLlRyYW5zaXRpb24SEAoIc25hcHNob3QYAyABKAgiNAoWUmVzZXRDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoDBIOCgZyZWFzb24YAiABKAkiSwoXUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZSKKAQoWRm9yY2VDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoDBInCghvdmVycmlkZRgCIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEisKCGR1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJLChdGb3JjZUNvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlKmUKCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASEgoOREVDSVNJT05fQUxMT1cQARIYChRERUNJU0lPTl9BTExPV19QUk9CRRACEhEKDURFQ0lTSU9OX0RFTlkQAyrgAQoKRGVueVJlYXNvbhIbChdERU5ZX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFERFTllfUkVBU09OX0NPT0xET1dOEAESFAoQREVOWV9SRUFTT05fT1BFThACEh8KG0RFTllfUkVBU09OX1BST0JFX0lOX0ZMSUdIVBADEhUKEURFTllfUkVBU09OX1FVT1RBEAQSFAoQREVOWV9SRUFTT05fQVVUSBAFEhsKF0RFTllfUkVBU09OX0ZPUkNFRF9PUEVOEAYSGgoWREVOWV9SRUFTT05fT1ZFUkxPQURFRBAHKlUKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASEAoMU1RBVEVfQ0xPU0VEEAESDgoKU1RBVEVfT1BFThACEhMKD1NUQVRFX0hBTEZfT1BFThADKoUCCgVDYXVzZRIVChFDQVVTRV9VTlNQRUNJRklFRBAAEhEKDUNBVVNFX0JSRUFLRVIQARIUChBDQVVTRV9SQVRFX0xJTUlUEAISEgoOQ0FVU0VfT1ZFUkxPQUQQAxIPCgtDQVVTRV9RVU9UQRAEEg4KCkNBVVNFX0FVVEgQBRIQCgxDQVVTRV9GT1JDRUQQBhIPCgtDQVVTRV9SRVNFVBAHEhcKE0NBVVNFX1BST0JFX1NVQ0NFU1MQCBIWChJDQVVTRV9PUEVOX0VYUElSRUQQCRIXChNDQVVTRV9GT1JDRV9FWFBJUkVEEAoSGgoWQ0FVU0VfT1ZFUlJJREVfQ0xFQVJFRBALKu8BCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABITCg9PVVRDT01FX1NVQ0NFU1MQARIdChlPVVRDT01FX1RSQU5TSUVOVF9GQUlMVVJFEAISGAoUT1VUQ09NRV9SQVRFX0xJTUlURUQQAxIWChJPVVRDT01FX09WRVJMT0FERUQQBBIbChdPVVRDT01FX1FVT1RBX0VYSEFVU1RFRBAFEhgKFE9VVENPTUVfQVVUSF9GQUlMVVJFEAYSGAoUT1VUQ09NRV9DTElFTlRfRVJST1IQBxIUChBPVVRDT01FX0NBTkNFTEVEEAgqWgoIT3ZlcnJpZGUSGAoUT1ZFUlJJREVfVU5TUEVDSUZJRUQQABIYChRPVkVSUklERV9GT1JDRURfT1BFThABEhoKFk9WRVJSSURFX0ZPUkNFRF9DTE9TRUQQAjKOBAoPQ29vbGRvd25TZXJ2aWNlEj4KBUFkbWl0EhkuY29vbGRvd24udjEuQWRtaXRSZXF1ZXN0GhouY29vbGRvd24udjEuQWRtaXRSZXNwb25zZRJBCgZSZXBvcnQSGi5jb29sZG93bi52MS5SZXBvcnRSZXF1ZXN0GhsuY29vbGRvd24udjEuUmVwb3J0UmVzcG9uc2USUAoLRXh0ZW5kTGVhc2USHy5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIC5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElsKDUdldENvbm5lY3Rpb24SIS5jb29sZG93bi52MS5HZXRDb25uZWN0aW9uUmVxdWVzdBoiLmNvb2xkb3duLnYxLkdldENvbm5lY3Rpb25SZXNwb25zZSIDkAIBEmEKD0xpc3RDb25uZWN0aW9ucxIjLmNvb2xkb3duLnYxLkxpc3RDb25uZWN0aW9uc1JlcXVlc3QaJC5jb29sZG93bi52MS5MaXN0Q29ubmVjdGlvbnNSZXNwb25zZSIDkAIBEmYKEFdhdGNoQ29ubmVjdGlvbnMSJC5jb29sZG93bi52MS5XYXRjaENvbm5lY3Rpb25zUmVxdWVzdBolLmNvb2xkb3duLnYxLldhdGNoQ29ubmVjdGlvbnNSZXNwb25zZSIDkAIBMAEyygEKDEFkbWluU2VydmljZRJcCg9SZXNldENvbm5lY3Rpb24SIy5jb29sZG93bi52MS5SZXNldENvbm5lY3Rpb25SZXF1ZXN0GiQuY29vbGRvd24udjEuUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USXAoPRm9yY2VDb25uZWN0aW9uEiMuY29vbGRvd24udjEuRm9yY2VDb25uZWN0aW9uUmVxdWVzdBokLmNvb2xkb3duLnYxLkZvcmNlQ29ubmVjdGlvblJlc3BvbnNlQjZaNGdpdGh1Yi5jb20vY29vbGRvd25kL2Nvb2xkb3duZC9hcGkvdjEvZ2VuL2Nvb2xkb3dudjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Connection names one provider endpoint used with one credential, as a
@@ -191,6 +191,15 @@ export type ConnectionState = Message<"cooldown.v1.ConnectionState"> & {
    * @generated from field: google.protobuf.Timestamp updated_at = 19;
    */
   updatedAt?: Timestamp | undefined;
+
+  /**
+   * The connection's tenant. Set when the caller may see several tenants
+   * (the operator role); empty for tenant-scoped callers, whose tenant is
+   * implied by their token.
+   *
+   * @generated from field: string tenant = 20;
+   */
+  tenant: string;
 };
 
 /**
@@ -199,6 +208,118 @@ export type ConnectionState = Message<"cooldown.v1.ConnectionState"> & {
  */
 export const ConnectionStateSchema: GenMessage<ConnectionState> = /*@__PURE__*/
   messageDesc(file_v1_cooldown, 1);
+
+/**
+ * Policy is the breaker policy in effect for one connection: the server's
+ * flags, overridden by the policy file's default, tenant and label rules
+ * (see docs/policies.md). A zero threshold or duration means its rule is
+ * off, as documented per field.
+ *
+ * @generated from message cooldown.v1.Policy
+ */
+export type Policy = Message<"cooldown.v1.Policy"> & {
+  /**
+   * Trip after this many consecutive transient failures while closed; 0:
+   * the rule is off.
+   *
+   * @generated from field: uint32 consecutive_failures = 1;
+   */
+  consecutiveFailures: number;
+
+  /**
+   * Trip when the failure fraction over window reaches this, in (0, 1],
+   * once min_calls calls are seen; 0: the rule is off.
+   *
+   * @generated from field: double failure_rate = 2;
+   */
+  failureRate: number;
+
+  /**
+   * Calls the window must hold before failure_rate applies.
+   *
+   * @generated from field: uint32 min_calls = 3;
+   */
+  minCalls: number;
+
+  /**
+   * The sliding window of the failure-rate rule.
+   *
+   * @generated from field: google.protobuf.Duration window = 4;
+   */
+  window?: Duration | undefined;
+
+  /**
+   * The first breaker open's duration; it doubles per consecutive re-open.
+   *
+   * @generated from field: google.protobuf.Duration open_base = 5;
+   */
+  openBase?: Duration | undefined;
+
+  /**
+   * The cap of breaker open durations.
+   *
+   * @generated from field: google.protobuf.Duration open_max = 6;
+   */
+  openMax?: Duration | undefined;
+
+  /**
+   * Breaker opens are spread by +/- this fraction of their length, in
+   * [0, 1); 0: no jitter.
+   *
+   * @generated from field: double jitter = 7;
+   */
+  jitter: number;
+
+  /**
+   * The shared cooldown after a 429 without Retry-After; unset: a 429 cools
+   * down only for what the provider says.
+   *
+   * @generated from field: google.protobuf.Duration rate_limit_cooldown = 8;
+   */
+  rateLimitCooldown?: Duration | undefined;
+
+  /**
+   * The least cooldown after an overloaded answer; unset: off.
+   *
+   * @generated from field: google.protobuf.Duration overload_floor = 9;
+   */
+  overloadFloor?: Duration | undefined;
+
+  /**
+   * How long an exhausted quota blocks the connection; unset: off.
+   *
+   * @generated from field: google.protobuf.Duration quota_block = 10;
+   */
+  quotaBlock?: Duration | undefined;
+
+  /**
+   * How long a rejected credential blocks the connection; unset: off.
+   *
+   * @generated from field: google.protobuf.Duration auth_block = 11;
+   */
+  authBlock?: Duration | undefined;
+
+  /**
+   * Probe leases a half-open connection grants at once.
+   *
+   * @generated from field: uint32 max_probes = 12;
+   */
+  maxProbes: number;
+
+  /**
+   * A probe lease's time to live unless extended.
+   *
+   * @generated from field: google.protobuf.Duration lease_ttl = 13;
+   */
+  leaseTtl?: Duration | undefined;
+};
+
+/**
+ * Describes the message cooldown.v1.Policy.
+ * Use `create(PolicySchema)` to create a new message.
+ */
+export const PolicySchema: GenMessage<Policy> = /*@__PURE__*/
+  messageDesc(file_v1_cooldown, 2);
 
 /**
  * Transition is one state change of a connection.
@@ -268,7 +389,7 @@ export type Transition = Message<"cooldown.v1.Transition"> & {
  * Use `create(TransitionSchema)` to create a new message.
  */
 export const TransitionSchema: GenMessage<Transition> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 2);
+  messageDesc(file_v1_cooldown, 3);
 
 /**
  * AdmitRequest asks to admit one call.
@@ -290,7 +411,7 @@ export type AdmitRequest = Message<"cooldown.v1.AdmitRequest"> & {
  * Use `create(AdmitRequestSchema)` to create a new message.
  */
 export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 3);
+  messageDesc(file_v1_cooldown, 4);
 
 /**
  * AdmitResponse is the decision for the first candidate that may go, or a
@@ -385,7 +506,7 @@ export type AdmitResponse = Message<"cooldown.v1.AdmitResponse"> & {
  * Use `create(AdmitResponseSchema)` to create a new message.
  */
 export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 4);
+  messageDesc(file_v1_cooldown, 5);
 
 /**
  * CandidateDecision is the answer for one examined candidate.
@@ -434,7 +555,7 @@ export type CandidateDecision = Message<"cooldown.v1.CandidateDecision"> & {
  * Use `create(CandidateDecisionSchema)` to create a new message.
  */
 export const CandidateDecisionSchema: GenMessage<CandidateDecision> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 5);
+  messageDesc(file_v1_cooldown, 6);
 
 /**
  * ReportRequest records the outcome of one admitted call.
@@ -508,7 +629,7 @@ export type ReportRequest = Message<"cooldown.v1.ReportRequest"> & {
  * Use `create(ReportRequestSchema)` to create a new message.
  */
 export const ReportRequestSchema: GenMessage<ReportRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 6);
+  messageDesc(file_v1_cooldown, 7);
 
 /**
  * ReportResponse says what the report changed.
@@ -557,7 +678,7 @@ export type ReportResponse = Message<"cooldown.v1.ReportResponse"> & {
  * Use `create(ReportResponseSchema)` to create a new message.
  */
 export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 7);
+  messageDesc(file_v1_cooldown, 8);
 
 /**
  * ExtendLeaseRequest extends a probe lease.
@@ -592,7 +713,7 @@ export type ExtendLeaseRequest = Message<"cooldown.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 8);
+  messageDesc(file_v1_cooldown, 9);
 
 /**
  * ExtendLeaseResponse confirms the extension.
@@ -613,7 +734,7 @@ export type ExtendLeaseResponse = Message<"cooldown.v1.ExtendLeaseResponse"> & {
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 9);
+  messageDesc(file_v1_cooldown, 10);
 
 /**
  * GetConnectionRequest names one connection.
@@ -634,6 +755,15 @@ export type GetConnectionRequest = Message<"cooldown.v1.GetConnectionRequest"> &
    * @generated from field: uint32 history_limit = 2;
    */
   historyLimit: number;
+
+  /**
+   * The connection's tenant, for the operator role, which reads every
+   * tenant; empty: the caller's own tenant. A tenant-scoped caller may only
+   * name its own tenant.
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
 };
 
 /**
@@ -641,7 +771,7 @@ export type GetConnectionRequest = Message<"cooldown.v1.GetConnectionRequest"> &
  * Use `create(GetConnectionRequestSchema)` to create a new message.
  */
 export const GetConnectionRequestSchema: GenMessage<GetConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 10);
+  messageDesc(file_v1_cooldown, 11);
 
 /**
  * GetConnectionResponse is one connection's state and history.
@@ -650,7 +780,8 @@ export const GetConnectionRequestSchema: GenMessage<GetConnectionRequest> = /*@_
  */
 export type GetConnectionResponse = Message<"cooldown.v1.GetConnectionResponse"> & {
   /**
-   * The state (closed with revision 0 when the connection is unknown).
+   * The state; for a connection cooldownd holds no state of (found is
+   * false), that of a closed connection with revision 0.
    *
    * @generated from field: cooldown.v1.ConnectionState connection = 1;
    */
@@ -662,6 +793,23 @@ export type GetConnectionResponse = Message<"cooldown.v1.GetConnectionResponse">
    * @generated from field: repeated cooldown.v1.Transition history = 2;
    */
   history: Transition[];
+
+  /**
+   * The breaker policy in effect for this connection.
+   *
+   * @generated from field: cooldown.v1.Policy policy = 3;
+   */
+  policy?: Policy | undefined;
+
+  /**
+   * Whether cooldownd holds state for this connection. False when it was
+   * never reported on or its state expired (idle TTL): the id may be
+   * mistyped, and the closed state above is only what a first call would
+   * see.
+   *
+   * @generated from field: bool found = 4;
+   */
+  found: boolean;
 };
 
 /**
@@ -669,7 +817,7 @@ export type GetConnectionResponse = Message<"cooldown.v1.GetConnectionResponse">
  * Use `create(GetConnectionResponseSchema)` to create a new message.
  */
 export const GetConnectionResponseSchema: GenMessage<GetConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 11);
+  messageDesc(file_v1_cooldown, 12);
 
 /**
  * ListConnectionsRequest pages through connections.
@@ -690,6 +838,15 @@ export type ListConnectionsRequest = Message<"cooldown.v1.ListConnectionsRequest
    * @generated from field: string page_token = 2;
    */
   pageToken: string;
+
+  /**
+   * Only this tenant's connections, for the operator role; empty: every
+   * tenant's (operator) or the caller's own. A tenant-scoped caller may
+   * only name its own tenant.
+   *
+   * @generated from field: string tenant = 3;
+   */
+  tenant: string;
 };
 
 /**
@@ -697,10 +854,11 @@ export type ListConnectionsRequest = Message<"cooldown.v1.ListConnectionsRequest
  * Use `create(ListConnectionsRequestSchema)` to create a new message.
  */
 export const ListConnectionsRequestSchema: GenMessage<ListConnectionsRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 12);
+  messageDesc(file_v1_cooldown, 13);
 
 /**
- * ListConnectionsResponse is one page of connections, ordered by id.
+ * ListConnectionsResponse is one page of connections, ordered by id (across
+ * tenants: by tenant, then id).
  *
  * @generated from message cooldown.v1.ListConnectionsResponse
  */
@@ -725,7 +883,7 @@ export type ListConnectionsResponse = Message<"cooldown.v1.ListConnectionsRespon
  * Use `create(ListConnectionsResponseSchema)` to create a new message.
  */
 export const ListConnectionsResponseSchema: GenMessage<ListConnectionsResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 13);
+  messageDesc(file_v1_cooldown, 14);
 
 /**
  * WatchConnectionsRequest starts a watch.
@@ -740,6 +898,15 @@ export type WatchConnectionsRequest = Message<"cooldown.v1.WatchConnectionsReque
    * @generated from field: bool snapshot = 1;
    */
   snapshot: boolean;
+
+  /**
+   * Only this tenant's connections, for the operator role; empty: every
+   * tenant's (operator) or the caller's own. A tenant-scoped caller may
+   * only name its own tenant.
+   *
+   * @generated from field: string tenant = 2;
+   */
+  tenant: string;
 };
 
 /**
@@ -747,12 +914,17 @@ export type WatchConnectionsRequest = Message<"cooldown.v1.WatchConnectionsReque
  * Use `create(WatchConnectionsRequestSchema)` to create a new message.
  */
 export const WatchConnectionsRequestSchema: GenMessage<WatchConnectionsRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 14);
+  messageDesc(file_v1_cooldown, 15);
 
 /**
- * WatchConnectionsResponse is one change. A message with no connection is a
- * heartbeat, sent when the stream has been idle (every 15 s by default) so
- * that proxies keep it open; skip it.
+ * WatchConnectionsResponse is one change, or an empty message (no
+ * connection). The first empty message of a stream marks the end of the
+ * snapshot: every entry before it has snapshot=true, every entry after it
+ * is a change, so a client that asked for a snapshot may drop connections
+ * it holds that the snapshot did not name. It is sent even without a
+ * snapshot, once the subscription is live. Later empty messages are
+ * heartbeats, sent when the stream has been idle (every 15 s by default) so
+ * that proxies keep it open; skip them.
  *
  * @generated from message cooldown.v1.WatchConnectionsResponse
  */
@@ -784,7 +956,7 @@ export type WatchConnectionsResponse = Message<"cooldown.v1.WatchConnectionsResp
  * Use `create(WatchConnectionsResponseSchema)` to create a new message.
  */
 export const WatchConnectionsResponseSchema: GenMessage<WatchConnectionsResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 15);
+  messageDesc(file_v1_cooldown, 16);
 
 /**
  * ResetConnectionRequest resets one connection.
@@ -812,7 +984,7 @@ export type ResetConnectionRequest = Message<"cooldown.v1.ResetConnectionRequest
  * Use `create(ResetConnectionRequestSchema)` to create a new message.
  */
 export const ResetConnectionRequestSchema: GenMessage<ResetConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 16);
+  messageDesc(file_v1_cooldown, 17);
 
 /**
  * ResetConnectionResponse is the state after the reset.
@@ -833,7 +1005,7 @@ export type ResetConnectionResponse = Message<"cooldown.v1.ResetConnectionRespon
  * Use `create(ResetConnectionResponseSchema)` to create a new message.
  */
 export const ResetConnectionResponseSchema: GenMessage<ResetConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 17);
+  messageDesc(file_v1_cooldown, 18);
 
 /**
  * ForceConnectionRequest forces a connection's state.
@@ -875,7 +1047,7 @@ export type ForceConnectionRequest = Message<"cooldown.v1.ForceConnectionRequest
  * Use `create(ForceConnectionRequestSchema)` to create a new message.
  */
 export const ForceConnectionRequestSchema: GenMessage<ForceConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 18);
+  messageDesc(file_v1_cooldown, 19);
 
 /**
  * ForceConnectionResponse is the state after the override.
@@ -896,7 +1068,7 @@ export type ForceConnectionResponse = Message<"cooldown.v1.ForceConnectionRespon
  * Use `create(ForceConnectionResponseSchema)` to create a new message.
  */
 export const ForceConnectionResponseSchema: GenMessage<ForceConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 19);
+  messageDesc(file_v1_cooldown, 20);
 
 /**
  * Decision is Admit's answer.
@@ -1132,6 +1304,14 @@ export enum Cause {
    * @generated from enum value: CAUSE_FORCE_EXPIRED = 10;
    */
   FORCE_EXPIRED = 10,
+
+  /**
+   * An operator cleared an override (ForceConnection with
+   * OVERRIDE_UNSPECIFIED): a transition to closed that is not a reset.
+   *
+   * @generated from enum value: CAUSE_OVERRIDE_CLEARED = 11;
+   */
+  OVERRIDE_CLEARED = 11,
 }
 
 /**
@@ -1301,7 +1481,8 @@ export const CooldownService: GenService<{
     output: typeof GetConnectionResponseSchema;
   },
   /**
-   * ListConnections pages through the caller's tenant's connections.
+   * ListConnections pages through the caller's tenant's connections (the
+   * operator role: every tenant's, or one tenant's).
    *
    * @generated from rpc cooldown.v1.CooldownService.ListConnections
    */
@@ -1312,7 +1493,10 @@ export const CooldownService: GenService<{
   },
   /**
    * WatchConnections streams state changes of the caller's tenant's
-   * connections as they happen.
+   * connections as they happen (the operator role: every tenant's, or one
+   * tenant's). With snapshot=true the current connections come first, then
+   * one empty message, the end-of-snapshot marker; then the changes, and an
+   * empty heartbeat whenever the stream has been idle.
    *
    * @generated from rpc cooldown.v1.CooldownService.WatchConnections
    */
@@ -1325,7 +1509,9 @@ export const CooldownService: GenService<{
   serviceDesc(file_v1_cooldown, 0);
 
 /**
- * AdminService holds operator overrides. It needs the admin role.
+ * AdminService holds overrides. It needs the admin role of the
+ * connection's tenant (the operator role reads every tenant but changes
+ * none).
  *
  * @generated from service cooldown.v1.AdminService
  */
