@@ -287,6 +287,7 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 		a, err := admission(resp.Msg, cands)
 		if err == nil {
 			c.revs.see(a.Conn.id, a.Revision)
+			c.local.learn(c.now(), resp.Msg, cands)
 			if c.mirror != nil {
 				c.mirror.learn(a, resp.Msg.GetState(), epoch, c.now())
 			}

@@ -25,10 +25,11 @@ type local struct {
 
 	mu     sync.Mutex
 	states map[ID]*breaker.State
+	words  map[ID]lastWord // cooldownd's denials still in force
 }
 
 func newLocal(cfg config, log *slog.Logger) *local {
-	return &local{policy: cfg.policy, log: log, states: make(map[ID]*breaker.State)}
+	return &local{policy: cfg.policy, log: log, states: make(map[ID]*breaker.State), words: make(map[ID]lastWord)}
 }
 
 // capped records that cooldownd refused a new connection because the
@@ -70,13 +71,22 @@ func (l *local) state(id ID) *breaker.State {
 }
 
 // admit decides with the in-process breakers: the first candidate that may
-// go, else a denial for the one available soonest.
+// go, else a denial for the one available soonest. A candidate cooldownd
+// last denied is denied until that denial runs out.
 func (l *local) admit(now time.Time, cands []Conn) Admission {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	nowMs := now.UnixMilli()
 	var best Admission
 	for i, c := range cands {
+		if w, ok := l.word(c.id, nowMs); ok {
+			a := Admission{Index: i, Conn: c, Decision: DecisionDeny, Local: true,
+				Reason: w.reason, RetryAfter: time.Duration(w.until-nowMs) * time.Millisecond}
+			if i == 0 || a.RetryAfter < best.RetryAfter {
+				best = a
+			}
+			continue
+		}
 		v, _ := l.state(c.id).Admit(l.policy, nowMs, nonce())
 		a := Admission{Index: i, Conn: c, Decision: Decision(v.Decision), Revision: v.Revision, Local: true}
 		switch v.Decision {

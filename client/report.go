@@ -76,7 +76,11 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 	case rpcOK:
 		c.health.success()
 		c.revs.see(a.Conn.id, resp.Msg.GetRevision())
-		return resp.Msg.GetState() == cooldownv1.State_STATE_OPEN, nil
+		open := resp.Msg.GetState() == cooldownv1.State_STATE_OPEN
+		if open {
+			c.local.heard(c.now(), a.Conn, cl)
+		}
+		return open, nil
 	case rpcRejected:
 		return false, &RejectedError{Op: "report", Code: connect.CodeOf(err), Err: err}
 	case rpcCapped:
