@@ -21,6 +21,7 @@ import { Conn, makeConn, type ConnectionSpec } from "./conn.js";
 import { DeniedError, GuardError, InvalidConnError, RejectedError, UnavailableError } from "./errors.js";
 import { MaxHintMs } from "./headers.js";
 import { Health } from "./health.js";
+import { LastWords } from "./lastword.js";
 import { consoleLogger, type Logger } from "./log.js";
 import { DefaultMirrorIntervalMs, Mirror, type MirrorStats } from "./mirror.js";
 import { MaxSaltLen, MinSaltLen } from "./keys.js";
@@ -247,6 +248,7 @@ export class Client {
   private readonly health: Health;
   private readonly queue: ReportQueue;
   private readonly local = new Map<string, State>();
+  private readonly words = new LastWords(maxLocalStates);
   private readonly revs = new Map<string, bigint>();
   private readonly log: Logger;
   private readonly now: () => number;
@@ -428,6 +430,7 @@ export class Client {
         this.health.success();
         const a = admission(r.value!, cands);
         this.see(a.conn, a.revision);
+        this.words.learn(this.now(), r.value!.candidates, cands.map((c) => c.idHex));
         this.mirror?.learn(a.conn, a.decision === Decision.Allow, r.value!.state, a.revision, epoch, this.now());
         return a;
       }
@@ -494,7 +497,9 @@ export class Client {
       case "ok":
         this.health.success();
         this.see(a.conn, r.value!.revision);
-        return r.value!.state === WireState.OPEN;
+        if (r.value!.state !== WireState.OPEN) return false;
+        this.words.heard(this.now(), a.conn.idHex, cl.outcome, reportDelay(cl));
+        return true;
       case "rejected":
         throw new RejectedError("report", ConnectError.from(r.err));
       case "capped":
@@ -555,6 +560,13 @@ export class Client {
     let best: Admission | undefined;
     for (let i = 0; i < cands.length; i++) {
       const c = cands[i]!;
+      const w = this.words.get(c.idHex, now);
+      if (w !== undefined) {
+        const d: Admission = { index: i, conn: c, decision: Decision.Deny, revision: 0n, leaseToken: "", leaseExpires: 0,
+          retryAfterMs: w.until - now, reason: w.reason, local: true };
+        if (best === undefined || d.retryAfterMs < best.retryAfterMs) best = d;
+        continue;
+      }
       const [v] = this.localState(c.idHex).admit(this.cfg.policy, now, randomBytes(9).toString("base64url"));
       const a: Admission = { index: i, conn: c, decision: v.decision, revision: BigInt(v.revision), leaseToken: "",
         leaseExpires: 0, retryAfterMs: 0, reason: DenyReason.None, local: true };

@@ -180,3 +180,30 @@ test("outcomes decided in-process that the fleet must learn are queued and deliv
   assert.ok(d.retryAfterMs <= 2800, `the delayed hint carries what was left, got ${d.retryAfterMs} ms`);
   await proxy.cut();
 });
+
+test("the in-process fallback keeps cooldownd's last word: a primary skipped for its fallback, a Retry-After this process reported", async () => {
+  const proxy = await proxyUp();
+  let clock = Date.now();
+  const c = newClient(proxy.url, { admitTimeoutMs: 2000, degradeAfter: 1, now: () => clock });
+  const primary = conn(c), fallback = conn(c), limited = conn(c);
+  const quota = classify({}, { status: 429, headers: new Headers({ "retry-after": "3600" }) },
+    new TextEncoder().encode(JSON.stringify({ error: { code: "insufficient_quota" } })), undefined);
+  const limitedFor30 = classify({}, { status: 429, headers: new Headers({ "retry-after": "30" }) }, undefined, undefined);
+  await c.report(await c.admit([primary]), quota);
+  await c.report(await c.admit([limited]), limitedFor30);
+  const viaService = await c.admit([primary, fallback]);
+  assert.equal(viaService.local, false);
+  assert.equal(viaService.index, 1, "cooldownd sends the call to the fallback");
+
+  await proxy.cut();
+  const a = await c.admit([primary, fallback]);
+  assert.equal(a.local, true);
+  assert.equal(a.index, 1, "the exhausted primary stays skipped");
+  assert.equal(a.decision, Decision.Allow);
+  const d = await c.admit([limited]);
+  assert.equal(d.decision, Decision.Deny, "the Retry-After this process reported holds");
+  assert.equal(d.reason, DenyReason.Cooldown);
+  assert.ok(Math.abs(d.retryAfterMs - 30_000) < 1000, `retryAfterMs ${d.retryAfterMs}`);
+  clock += 31_000;
+  assert.equal((await c.admit([limited])).decision, Decision.Allow, "and runs out");
+});
