@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -50,17 +51,19 @@ func (c *Client) Do(ctx context.Context, conn Conn, call func(ctx context.Contex
 	})
 }
 
-// guard runs admit → call → classify → report → retry or move on over the
-// candidates, in order of preference.
+// guard runs admit → call → classify → report → the next step over the
+// candidates, in order of preference. It does the I/O and the bookkeeping;
+// what to do after a denial or a failed call is decided by [guardPolicy.next].
 func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call attemptFunc) (*http.Response, error) {
 	if err := validConns(cands); err != nil {
 		return nil, err
 	}
+	p := c.guardPolicy(maxRetries)
 	live := slices.Clone(cands)
 	var (
-		attempts, retries int
-		waited            time.Duration
-		last              *Error
+		attempts int
+		b        budget
+		last     *Error
 	)
 	for {
 		if ctx.Err() != nil {
@@ -75,15 +78,15 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 		case err != nil:
 			return nil, err
 		case adm.Decision == DecisionDeny:
-			d, ok := c.denyWait(ctx, adm, waited)
-			if !ok {
+			st := p.next(c.budgetAt(ctx, b, live), round{denied: true, reason: adm.Reason, retryAfter: adm.RetryAfter})
+			if st.kind == stepStop {
 				return nil, denied(adm, attempts, last)
 			}
-			c.log.Debug("waiting for a denied connection", slog.Any("admission", adm), slog.Duration("wait", d))
-			if c.sleep(ctx, d) != nil {
+			c.log.Debug("waiting for a denied connection", slog.Any("admission", adm), slog.Duration("wait", st.delay))
+			if c.sleep(ctx, st.delay) != nil {
 				return nil, ended(ctx, last, adm.Conn)
 			}
-			waited += d
+			b.waited += st.delay
 			continue
 		}
 
@@ -100,25 +103,22 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 			Conn: adm.Conn, Attempts: attempts, LastOutcome: cl.Outcome, ErrorCode: cl.ErrorCode,
 			HTTPStatus: cl.HTTPStatus, RetryAfter: cl.RetryAfter, TooLong: cl.TooLong, Response: resp, Err: callErr,
 		}
-		switch {
-		case ctx.Err() != nil:
+		if ctx.Err() != nil {
 			return nil, ended(ctx, last, adm.Conn)
-		case cl.Retryable && retries < maxRetries:
-			retries++
-			if open && len(live) > 1 {
-				continue // the next Admit picks another candidate at once
-			}
-			delay := c.retryDelay(retries, cl)
-			if deadline, ok := ctx.Deadline(); ok && !c.now().Add(delay).Before(deadline) {
-				return nil, last
-			}
+		}
+		st := p.next(c.budgetAt(ctx, b, live), round{cl: cl, opened: open})
+		switch st.kind {
+		case stepRetry:
+			b.retries++
 			c.log.Debug("retrying provider call", slog.Any("conn", adm.Conn), slog.Int("attempt", attempts),
 				slog.String("outcome", cl.Outcome.String()), slog.Int("http_status", cl.HTTPStatus),
-				slog.String("error_code", cl.ErrorCode), slog.Duration("delay", delay))
-			if c.sleep(ctx, delay) != nil {
+				slog.String("error_code", cl.ErrorCode), slog.Duration("delay", st.delay))
+			if c.sleep(ctx, st.delay) != nil {
 				return nil, ended(ctx, last, adm.Conn)
 			}
-		case providerFault(cl.Outcome) && len(live) > 1:
+		case stepSwitch:
+			b.retries++ // the next Admit picks another candidate at once
+		case stepNext:
 			c.log.Debug("moving on to the next candidate", slog.Any("conn", adm.Conn),
 				slog.String("outcome", cl.Outcome.String()), slog.String("error_code", cl.ErrorCode))
 			live = slices.DeleteFunc(live, func(x Conn) bool { return x.id == adm.Conn.id })
@@ -126,6 +126,23 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 			return nil, last
 		}
 	}
+}
+
+// guardPolicy returns the guard's knobs from the client's configuration.
+func (c *Client) guardPolicy(maxRetries int) guardPolicy {
+	return guardPolicy{
+		maxRetries: maxRetries, maxWait: c.cfg.maxWait, noWait: c.cfg.noWait, probePoll: c.cfg.probePoll,
+		backoffBase: c.cfg.backoffBase, backoffCap: c.cfg.backoffCap, jitter: rand.N[time.Duration],
+	}
+}
+
+// budgetAt returns b with the candidates left, the time now and ctx's
+// deadline filled in.
+func (c *Client) budgetAt(ctx context.Context, b budget, live []Conn) budget {
+	b.candidates = len(live)
+	b.now = c.now()
+	b.deadline, _ = ctx.Deadline()
+	return b
 }
 
 // attempt makes one call and classifies it. A non-2xx response's body is
@@ -169,39 +186,136 @@ func providerFault(o Outcome) bool {
 	return false
 }
 
-// denyWait returns how long to wait after a denial, and false when the
-// guard must not wait: no-wait, past the max wait, or past ctx's deadline.
-// The wait is the denial's retry-after plus a little jitter, never less; a
-// caller denied because a probe is in flight asks again sooner.
-func (c *Client) denyWait(ctx context.Context, a Admission, waited time.Duration) (time.Duration, bool) {
-	if c.cfg.noWait {
-		return 0, false
+// guardPolicy holds the knobs of the guard's next step.
+type guardPolicy struct {
+	maxRetries              int           // retries of retryable failures, over all candidates
+	maxWait                 time.Duration // total wait for denied connections
+	noWait                  bool          // never wait for a denied connection
+	probePoll               time.Duration // longest wait after PROBE_IN_FLIGHT
+	backoffBase, backoffCap time.Duration
+	// jitter returns a random duration in [0, n); n > 0.
+	jitter func(n time.Duration) time.Duration
+}
+
+// budget is what a guard has used so far, and when it is.
+type budget struct {
+	retries    int           // retries made
+	waited     time.Duration // time waited for denied connections
+	candidates int           // candidates left
+	now        time.Time
+	deadline   time.Time // ctx's deadline; zero: none
+}
+
+// round is what one round of the guard came to: every candidate denied, or
+// a call that did not succeed.
+type round struct {
+	denied     bool          // Admit denied every candidate (reason, retryAfter)
+	reason     DenyReason    // the denial's reason
+	retryAfter time.Duration // the denial's retry-after
+	cl         Classification
+	opened     bool // the failure's report left its connection open
+}
+
+// stepKind is what the guard does next.
+type stepKind int
+
+const (
+	// stepStop ends the guard: with a [*DeniedError] after a denial, with
+	// the last call's [*Error] after a failure.
+	stepStop stepKind = iota
+	// stepWait waits delay for a denied connection, then admits again.
+	stepWait
+	// stepRetry waits delay, then admits and calls again (one retry).
+	stepRetry
+	// stepSwitch retries at once: the failed candidate is open now, so the
+	// next Admit picks another (one retry).
+	stepSwitch
+	// stepNext drops the failed candidate and admits the rest at once.
+	stepNext
+)
+
+var stepNames = [...]string{"stop", "wait", "retry", "switch", "next"}
+
+func (k stepKind) String() string {
+	if k >= 0 && int(k) < len(stepNames) {
+		return stepNames[k]
 	}
-	left := c.cfg.maxWait - waited
-	d := max(a.RetryAfter, minDenyWait)
-	if a.Reason == ReasonProbeInFlight {
-		d = min(d, c.cfg.probePoll)
+	return "step(" + strconv.Itoa(int(k)) + ")"
+}
+
+// step is the guard's next step.
+type step struct {
+	kind  stepKind
+	delay time.Duration // of stepWait and stepRetry
+}
+
+// next decides the guard's step after round r, given the budget b. It does
+// no I/O and reads no clock; its only randomness is p.jitter.
+//
+// After a denial it waits the denial's retry-after plus a little jitter
+// (never less, at least [minDenyWait], at most the probe poll when a probe
+// is in flight), unless the guard must not wait, the wait would take the
+// total past the max wait, or it would end past the deadline.
+//
+// After a failure: a retryable one with retries left is retried, at once on
+// another candidate when its report opened the connection, else after the
+// backoff, unless that would reach the deadline; any other failure of the
+// provider or the credential moves on to the next candidate when there is
+// one; everything else stops.
+func (p guardPolicy) next(b budget, r round) step {
+	if r.denied {
+		return p.afterDenial(b, r)
+	}
+	return p.afterFailure(b, r)
+}
+
+func (p guardPolicy) afterDenial(b budget, r round) step {
+	if p.noWait {
+		return step{kind: stepStop}
+	}
+	left := p.maxWait - b.waited
+	d := max(r.retryAfter, minDenyWait)
+	if r.reason == ReasonProbeInFlight {
+		d = min(d, p.probePoll)
 	}
 	if d > left {
-		return 0, false
+		return step{kind: stepStop}
 	}
-	d = min(d+rand.N(d/10+10*time.Millisecond), left)
-	if deadline, ok := ctx.Deadline(); ok && c.now().Add(d).After(deadline) {
-		return 0, false
+	d = min(d+p.jitter(d/10+10*time.Millisecond), left)
+	if !b.deadline.IsZero() && b.now.Add(d).After(b.deadline) {
+		return step{kind: stepStop}
 	}
-	return d, true
+	return step{kind: stepWait, delay: d}
+}
+
+func (p guardPolicy) afterFailure(b budget, r round) step {
+	cl := r.cl
+	switch {
+	case cl.Retryable && b.retries < p.maxRetries:
+		if r.opened && b.candidates > 1 {
+			return step{kind: stepSwitch}
+		}
+		d := p.retryDelay(b.retries+1, cl)
+		if !b.deadline.IsZero() && !b.now.Add(d).Before(b.deadline) {
+			return step{kind: stepStop}
+		}
+		return step{kind: stepRetry, delay: d}
+	case providerFault(cl.Outcome) && b.candidates > 1:
+		return step{kind: stepNext}
+	}
+	return step{kind: stepStop}
 }
 
 // retryDelay is the wait before retry n (from 1): exponential backoff with
 // equal jitter, capped; at least the overload floor when overloaded; never
 // shorter than the provider's Retry-After.
-func (c *Client) retryDelay(n int, cl Classification) time.Duration {
-	d := c.cfg.backoffBase
-	for i := 1; i < n && d < c.cfg.backoffCap; i++ {
+func (p guardPolicy) retryDelay(n int, cl Classification) time.Duration {
+	d := p.backoffBase
+	for i := 1; i < n && d < p.backoffCap; i++ {
 		d *= 2
 	}
-	d = min(d, c.cfg.backoffCap)
-	d = equalJitter(d)
+	d = min(d, p.backoffCap)
+	d = jitterEqual(d, p.jitter)
 	if cl.Outcome == OutcomeOverloaded {
 		d = max(d, overloadFloor)
 	}
@@ -211,7 +325,13 @@ func (c *Client) retryDelay(n int, cl Classification) time.Duration {
 // equalJitter returns a random duration between half of d and d: the
 // jitter of every backoff of the client (retries, the report queue, the
 // mirror's reconnects).
-func equalJitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
+func equalJitter(d time.Duration) time.Duration { return jitterEqual(d, rand.N[time.Duration]) }
+
+// jitterEqual is [equalJitter] with the random source jitter, which returns
+// a duration in [0, n).
+func jitterEqual(d time.Duration, jitter func(n time.Duration) time.Duration) time.Duration {
+	return d/2 + jitter(d/2+1)
+}
 
 // sleep waits d or until ctx ends, whichever is first; it returns ctx's
 // error in the second case.

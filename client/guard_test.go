@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -267,4 +268,141 @@ func TestDoInvalid(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidConn)
 	_, err = c.DoFallback(t.Context(), nil, nil)
 	require.ErrorIs(t, err, ErrInvalidConn)
+}
+
+func TestGuardNext(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	noJitter := func(time.Duration) time.Duration { return 0 }
+	fullJitter := func(n time.Duration) time.Duration { return n - 1 }
+	policy := func(edit ...func(*guardPolicy)) guardPolicy {
+		p := guardPolicy{maxRetries: 2, maxWait: time.Second, probePoll: 100 * time.Millisecond,
+			backoffBase: 100 * time.Millisecond, backoffCap: 400 * time.Millisecond, jitter: noJitter}
+		for _, e := range edit {
+			e(&p)
+		}
+		return p
+	}
+	full := func(p *guardPolicy) { p.jitter = fullJitter }
+	deny := func(reason DenyReason, ra time.Duration) round {
+		return round{denied: true, reason: reason, retryAfter: ra}
+	}
+	fail := func(o Outcome, retryable bool) round {
+		return round{cl: Classification{Outcome: o, Retryable: retryable}}
+	}
+	one := budget{candidates: 1, now: now}
+	two := budget{candidates: 2, now: now}
+	with := func(b budget, edit func(*budget)) budget { edit(&b); return b }
+	tests := []struct {
+		name   string
+		policy guardPolicy
+		budget budget
+		round  round
+		want   step
+	}{
+		// After a denial.
+		{"denial waits its retry-after", policy(), one, deny(ReasonCooldown, 300*time.Millisecond),
+			step{kind: stepWait, delay: 300 * time.Millisecond}},
+		{"denial wait has jitter of a tenth plus 10ms", policy(full), one, deny(ReasonCooldown, 300*time.Millisecond),
+			step{kind: stepWait, delay: 340*time.Millisecond - 1}},
+		{"denial ending now waits the least wait", policy(), one, deny(ReasonOpen, 0),
+			step{kind: stepWait, delay: minDenyWait}},
+		{"probe in flight polls", policy(), one, deny(ReasonProbeInFlight, 800*time.Millisecond),
+			step{kind: stepWait, delay: 100 * time.Millisecond}},
+		{"probe in flight ending sooner waits less", policy(), one, deny(ReasonProbeInFlight, 40*time.Millisecond),
+			step{kind: stepWait, delay: 40 * time.Millisecond}},
+		{"no-wait stops", policy(func(p *guardPolicy) { p.noWait = true }), one, deny(ReasonCooldown, time.Millisecond),
+			step{kind: stepStop}},
+		{"denial longer than the max wait stops", policy(), one, deny(ReasonCooldown, 1001*time.Millisecond),
+			step{kind: stepStop}},
+		{"denial longer than the wait left stops", policy(), with(one, func(b *budget) { b.waited = 800 * time.Millisecond }),
+			deny(ReasonCooldown, 201*time.Millisecond), step{kind: stepStop}},
+		{"jitter never takes the wait past the max wait", policy(full), with(one, func(b *budget) { b.waited = 800 * time.Millisecond }),
+			deny(ReasonCooldown, 195*time.Millisecond), step{kind: stepWait, delay: 200 * time.Millisecond}},
+		{"denial ending past the deadline stops", policy(), with(one, func(b *budget) { b.deadline = now.Add(299 * time.Millisecond) }),
+			deny(ReasonCooldown, 300*time.Millisecond), step{kind: stepStop}},
+		{"denial ending at the deadline waits", policy(), with(one, func(b *budget) { b.deadline = now.Add(300 * time.Millisecond) }),
+			deny(ReasonCooldown, 300*time.Millisecond), step{kind: stepWait, delay: 300 * time.Millisecond}},
+
+		// After a failure.
+		{"first retry waits half the base at least", policy(), one, fail(OutcomeTransientFailure, true),
+			step{kind: stepRetry, delay: 50 * time.Millisecond}},
+		{"first retry waits the base at most", policy(full), one, fail(OutcomeTransientFailure, true),
+			step{kind: stepRetry, delay: 100 * time.Millisecond}},
+		{"second retry doubles", policy(full), with(one, func(b *budget) { b.retries = 1 }), fail(OutcomeTransientFailure, true),
+			step{kind: stepRetry, delay: 200 * time.Millisecond}},
+		{"backoff is capped", policy(full, func(p *guardPolicy) { p.maxRetries = 9 }), with(one, func(b *budget) { b.retries = 8 }),
+			fail(OutcomeTransientFailure, true), step{kind: stepRetry, delay: 400 * time.Millisecond}},
+		{"overloaded waits the floor", policy(), one, fail(OutcomeOverloaded, true),
+			step{kind: stepRetry, delay: overloadFloor}},
+		{"retry-after is never shortened", policy(), one,
+			round{cl: Classification{Outcome: OutcomeRateLimited, Retryable: true, RetryAfter: 3 * time.Second}},
+			step{kind: stepRetry, delay: 3 * time.Second}},
+		{"opened with another candidate switches at once", policy(), two,
+			round{cl: Classification{Outcome: OutcomeRateLimited, Retryable: true, RetryAfter: 3 * time.Second}, opened: true},
+			step{kind: stepSwitch}},
+		{"opened as the only candidate backs off", policy(), one,
+			round{cl: Classification{Outcome: OutcomeTransientFailure, Retryable: true}, opened: true},
+			step{kind: stepRetry, delay: 50 * time.Millisecond}},
+		{"not opened with another candidate backs off", policy(), two, fail(OutcomeTransientFailure, true),
+			step{kind: stepRetry, delay: 50 * time.Millisecond}},
+		{"retry reaching the deadline stops", policy(), with(one, func(b *budget) { b.deadline = now.Add(50 * time.Millisecond) }),
+			fail(OutcomeTransientFailure, true), step{kind: stepStop}},
+		{"retry before the deadline goes", policy(), with(one, func(b *budget) { b.deadline = now.Add(51 * time.Millisecond) }),
+			fail(OutcomeTransientFailure, true), step{kind: stepRetry, delay: 50 * time.Millisecond}},
+		{"switch ignores the deadline", policy(), with(two, func(b *budget) { b.deadline = now }),
+			round{cl: Classification{Outcome: OutcomeTransientFailure, Retryable: true}, opened: true}, step{kind: stepSwitch}},
+		{"retries used up stop", policy(), with(one, func(b *budget) { b.retries = 2 }), fail(OutcomeTransientFailure, true),
+			step{kind: stepStop}},
+		{"retries used up move on", policy(), with(two, func(b *budget) { b.retries = 2 }), fail(OutcomeTransientFailure, true),
+			step{kind: stepNext}},
+		{"no retries move on", policy(func(p *guardPolicy) { p.maxRetries = 0 }), two, fail(OutcomeRateLimited, true),
+			step{kind: stepNext}},
+		{"quota moves on", policy(), two, fail(OutcomeQuotaExhausted, false), step{kind: stepNext}},
+		{"auth moves on", policy(), two, fail(OutcomeAuthFailure, false), step{kind: stepNext}},
+		{"overloaded not retryable moves on", policy(), two, fail(OutcomeOverloaded, false), step{kind: stepNext}},
+		{"too long moves on", policy(), two,
+			round{cl: Classification{Outcome: OutcomeRateLimited, RetryAfter: time.Minute, TooLong: true}}, step{kind: stepNext}},
+		{"quota as the only candidate stops", policy(), one, fail(OutcomeQuotaExhausted, false), step{kind: stepStop}},
+		{"client error stops", policy(), two, fail(OutcomeClientError, false), step{kind: stepStop}},
+		{"canceled stops", policy(), two, fail(OutcomeCanceled, false), step{kind: stepStop}},
+		{"no verdict stops", policy(), two, fail(OutcomeUnspecified, false), step{kind: stepStop}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			assert.Equal(t, tt.want, tt.policy.next(tt.budget, tt.round), "got %s", tt.policy.next(tt.budget, tt.round).kind)
+		})
+	}
+}
+
+func TestGuardNextJitterBounds(t *testing.T) {
+	t.Parallel()
+	// With the real random source every delay stays within the bounds the
+	// options document.
+	p := guardPolicy{maxRetries: 5, maxWait: time.Second, probePoll: time.Second,
+		backoffBase: 100 * time.Millisecond, backoffCap: 300 * time.Millisecond, jitter: rand.N[time.Duration]}
+	b := budget{candidates: 1, now: time.Unix(0, 0)}
+	for range 1000 {
+		st := p.next(b, round{denied: true, reason: ReasonCooldown, retryAfter: 200 * time.Millisecond})
+		require.Equal(t, stepWait, st.kind)
+		assert.GreaterOrEqual(t, st.delay, 200*time.Millisecond)
+		assert.Less(t, st.delay, 230*time.Millisecond)
+		for r, want := range []time.Duration{100, 200, 300, 300} {
+			b := b
+			b.retries = r
+			st := p.next(b, round{cl: Classification{Outcome: OutcomeTransientFailure, Retryable: true}})
+			require.Equal(t, stepRetry, st.kind)
+			assert.GreaterOrEqual(t, st.delay, want*time.Millisecond/2, "retry %d", r+1)
+			assert.LessOrEqual(t, st.delay, want*time.Millisecond, "retry %d", r+1)
+		}
+	}
+}
+
+func TestStepKindString(t *testing.T) {
+	t.Parallel()
+	for k, want := range map[stepKind]string{stepStop: "stop", stepWait: "wait", stepRetry: "retry", stepSwitch: "switch",
+		stepNext: "next", stepKind(9): "step(9)"} {
+		assert.Equal(t, want, k.String())
+	}
 }
