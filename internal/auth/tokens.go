@@ -7,12 +7,15 @@
 //	tokens:
 //	  - name: checkout-prod      # recorded as the actor of admin actions
 //	    tenant: team-a           # [a-z0-9_-]{1,64}
-//	    role: client             # client | viewer | admin
+//	    role: client             # client | viewer | admin | operator
 //	    sha256: 9f86d08...       # hex SHA-256 of the token (preferred), or
 //	  - name: ops
 //	    tenant: team-a
 //	    role: admin
 //	    token: "a long random string, at least 16 bytes"
+//	  - name: sre-on-call        # operator: reads every tenant, changes none
+//	    role: operator           # (no tenant)
+//	    sha256: 2c26b46...
 //
 // A [Watcher] reloads the file when it changes (Kubernetes Secret volumes
 // swap it atomically) or on demand (SIGHUP) without dropping connections.
@@ -30,7 +33,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/cooldownd/cooldownd/internal/keys"
-	"github.com/cooldownd/cooldownd/internal/server"
 )
 
 // ErrInvalidTokens wraps every error of [Parse].
@@ -57,15 +59,13 @@ type file struct {
 
 type entry struct {
 	hash [sha256.Size]byte
-	who  server.Identity
+	who  Identity
 }
 
-// Table is a parsed tokens file. It implements server.Authenticator.
+// Table is a parsed tokens file. It implements [Authenticator].
 type Table struct {
 	entries []entry
 }
-
-var roles = map[string]server.Role{"client": server.RoleClient, "viewer": server.RoleViewer, "admin": server.RoleAdmin}
 
 // Parse reads a tokens file. Errors name the entry and field, never a token.
 func Parse(data []byte) (*Table, error) {
@@ -93,12 +93,16 @@ func Parse(data []byte) (*Table, error) {
 		if e.Name == "" || len(e.Name) > 64 {
 			return nil, bad("name must be 1 to 64 bytes")
 		}
-		if err := keys.ValidateTenant(e.Tenant); err != nil {
-			return nil, bad("tenant: %v", err)
-		}
-		role, ok := roles[e.Role]
+		role, ok := ParseRole(e.Role)
 		if !ok {
-			return nil, bad("role must be client, viewer or admin")
+			return nil, bad("role must be client, viewer, admin or operator")
+		}
+		if role == RoleOperator {
+			if e.Tenant != "" {
+				return nil, bad("an operator token reads every tenant: leave tenant out")
+			}
+		} else if err := keys.ValidateTenant(e.Tenant); err != nil {
+			return nil, bad("tenant: %v", err)
 		}
 		var h [sha256.Size]byte
 		switch {
@@ -122,7 +126,7 @@ func Parse(data []byte) (*Table, error) {
 			return nil, bad("same token as tokens[%d]", j)
 		}
 		seen[h] = i
-		t.entries = append(t.entries, entry{hash: h, who: server.Identity{Tenant: e.Tenant, Role: role, Name: e.Name}})
+		t.entries = append(t.entries, entry{hash: h, who: Identity{Tenant: e.Tenant, Role: role, Name: e.Name}})
 	}
 	return t, nil
 }
@@ -141,9 +145,9 @@ func (t *Table) Len() int { return len(t.entries) }
 
 // Authenticate returns the identity a token is bound to. It hashes the
 // token and compares the hash with every entry in constant time.
-func (t *Table) Authenticate(token string) (server.Identity, bool) {
+func (t *Table) Authenticate(token string) (Identity, bool) {
 	h := sha256.Sum256([]byte(token))
-	var who server.Identity
+	var who Identity
 	found := 0
 	for _, e := range t.entries {
 		if subtle.ConstantTimeCompare(h[:], e.hash[:]) == 1 {

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/internal/auth"
-	"github.com/cooldownd/cooldownd/internal/server"
 )
 
 const (
@@ -43,14 +42,14 @@ func TestParseAndAuthenticate(t *testing.T) {
 	tests := []struct {
 		name  string
 		token string
-		want  server.Identity
+		want  auth.Identity
 		ok    bool
 	}{
-		{"plain token", clientTok, server.Identity{Tenant: "team-a", Role: server.RoleClient, Name: "app"}, true},
-		{"hashed token", adminTok, server.Identity{Tenant: "team-b", Role: server.RoleAdmin, Name: "ops"}, true},
-		{"unknown", "nope-nope-nope-nope", server.Identity{}, false},
-		{"empty", "", server.Identity{}, false},
-		{"hash itself is not a token", sum(adminTok), server.Identity{}, false},
+		{"plain token", clientTok, auth.Identity{Tenant: "team-a", Role: auth.RoleClient, Name: "app"}, true},
+		{"hashed token", adminTok, auth.Identity{Tenant: "team-b", Role: auth.RoleAdmin, Name: "ops"}, true},
+		{"unknown", "nope-nope-nope-nope", auth.Identity{}, false},
+		{"empty", "", auth.Identity{}, false},
+		{"hash itself is not a token", sum(adminTok), auth.Identity{}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,7 +67,7 @@ func TestParseJSON(t *testing.T) {
 	require.NoError(t, err)
 	who, ok := tab.Authenticate(clientTok)
 	require.True(t, ok)
-	assert.Equal(t, server.RoleViewer, who.Role)
+	assert.Equal(t, auth.RoleViewer, who.Role)
 }
 
 func TestParseRejects(t *testing.T) {

@@ -10,13 +10,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/cooldownd/cooldownd/internal/server"
 )
 
 // Watcher serves the tokens of a file and reloads them when the file's
 // content changes or Reload is called. A bad new file is logged and the
-// previous tokens stay in force. It implements server.Authenticator.
+// previous tokens stay in force. It implements [Authenticator].
 type Watcher struct {
 	path  string
 	log   *slog.Logger
@@ -34,8 +32,8 @@ func NewWatcher(path string, log *slog.Logger) (*Watcher, error) {
 	return w, nil
 }
 
-// Authenticate implements server.Authenticator.
-func (w *Watcher) Authenticate(token string) (server.Identity, bool) {
+// Authenticate implements [Authenticator].
+func (w *Watcher) Authenticate(token string) (Identity, bool) {
 	return w.table.Load().Authenticate(token)
 }
 

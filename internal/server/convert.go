@@ -1,6 +1,7 @@
 package server
 
 import (
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -8,6 +9,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -25,7 +27,9 @@ func dur(ms int64) *durationpb.Duration {
 	return durationpb.New(time.Duration(ms) * time.Millisecond)
 }
 
-func stateProto(s store.Snapshot) *cooldownv1.ConnectionState {
+// stateProto is a connection's wire state; withTenant names its tenant
+// (for callers that may see several).
+func stateProto(s store.Snapshot, withTenant bool) *cooldownv1.ConnectionState {
 	st := s.State
 	now := s.Now.UnixMilli()
 	phase := st.Phase
@@ -49,6 +53,9 @@ func stateProto(s store.Snapshot) *cooldownv1.ConnectionState {
 		OverrideUntil:       ts(st.OverrideUntil),
 		ChangedAt:           ts(st.ChangedAt),
 		UpdatedAt:           ts(st.UpdatedAt),
+	}
+	if withTenant {
+		out.Tenant = s.Tenant
 	}
 	if phase == breaker.Open {
 		out.OpenUntil = ts(st.OpenUntil)
@@ -75,4 +82,56 @@ func transitionProto(t store.Transition, label string) *cooldownv1.Transition {
 		Actor:      t.Actor,
 		Reason:     t.Reason,
 	}
+}
+
+// policyProto is a breaker policy on the wire. A zero duration is unset
+// (its rule is off).
+func policyProto(p breaker.Policy) *cooldownv1.Policy {
+	d := func(v time.Duration) *durationpb.Duration { return dur(v.Milliseconds()) }
+	return &cooldownv1.Policy{
+		ConsecutiveFailures: uint32(p.ConsecutiveFailures),
+		FailureRate:         p.FailureRate,
+		MinCalls:            uint32(p.MinCalls),
+		Window:              d(p.Window),
+		OpenBase:            d(p.OpenBase),
+		OpenMax:             d(p.OpenMax),
+		Jitter:              p.Jitter,
+		RateLimitCooldown:   d(p.RateLimitDefault),
+		OverloadFloor:       d(p.OverloadFloor),
+		QuotaBlock:          d(p.QuotaBlock),
+		AuthBlock:           d(p.AuthBlock),
+		MaxProbes:           uint32(p.MaxProbes),
+		LeaseTtl:            d(p.LeaseTTL),
+	}
+}
+
+// ShortIDLen is how many hex digits of a connection id people see: the
+// first 8, in logs, the dashboard, cooldownctl and labels alike.
+const ShortIDLen = 8
+
+// ShortID is the form of a connection id that people see: its first
+// ShortIDLen hex digits.
+func ShortID(id keys.ID) string { return id.String()[:ShortIDLen] }
+
+// human rounds a duration for people: 950ms, 1.5s, 4m10s, 2h5m, 720h.
+func human(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	case d < time.Hour:
+		d = d.Round(time.Second)
+	default:
+		d = d.Round(time.Minute)
+	}
+	s := d.String()
+	for _, zero := range []string{"m0s", "h0m"} {
+		if strings.HasSuffix(s, zero) {
+			s = s[:len(s)-2]
+		}
+	}
+	return s
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,14 +27,16 @@ var candidateFields = func() (f [MaxCandidates]string) {
 	return f
 }()
 
+// errWatchLost ends a watch stream whose events may have gaps: the shared
+// Redis subscription broke (or was re-established after a drop), or the
+// stream fell too far behind. Clients reconnect with snapshot=true.
+var errWatchLost = errors.New("watch interrupted, events may have been missed: re-read the state (snapshot) and watch again")
+
 // cooldownService implements cooldownv1connect.CooldownServiceHandler.
 type cooldownService struct{ *Server }
 
 func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldownv1.AdmitRequest]) (*connect.Response[cooldownv1.AdmitResponse], error) {
-	who, err := s.authorize(ctx, req.Header(), RoleClient)
-	if err != nil {
-		return nil, err
-	}
+	who := identity(ctx)
 	cands := req.Msg.GetCandidates()
 	if len(cands) < 1 || len(cands) > MaxCandidates {
 		return nil, errInvalid("candidates", "must hold 1 to %d connections, got %d", MaxCandidates, len(cands))
@@ -78,14 +82,8 @@ func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldow
 	return connect.NewResponse(out), nil
 }
 
-// MaxBatch is the most successes one report may stand for.
-const MaxBatch = 1_000_000
-
 func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error) {
-	who, err := s.authorize(ctx, req.Header(), RoleClient)
-	if err != nil {
-		return nil, err
-	}
+	who := identity(ctx)
 	m := req.Msg
 	id, label, err := parseConn("connection", m.GetConnection())
 	if err != nil {
@@ -108,8 +106,8 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	if err := checkCode("error_code", m.GetErrorCode()); err != nil {
 		return nil, err
 	}
-	if len(m.GetLeaseToken()) > 128 {
-		return nil, errInvalid("lease_token", "must be at most 128 bytes")
+	if len(m.GetLeaseToken()) > MaxLeaseTokenLen {
+		return nil, errInvalid("lease_token", "must be at most %d bytes", MaxLeaseTokenLen)
 	}
 	if n := m.GetCount(); n > 1 && (o != breaker.OutcomeSuccess || m.GetLeaseToken() != "" || n > MaxBatch) {
 		return nil, errInvalid("count", "above 1 only for a success without a lease token, at most %d; got %d", MaxBatch, n)
@@ -130,10 +128,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 }
 
 func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error) {
-	who, err := s.authorize(ctx, req.Header(), RoleClient)
-	if err != nil {
-		return nil, err
-	}
+	who := identity(ctx)
 	id, label, err := parseConn("connection", req.Msg.GetConnection())
 	if err != nil {
 		return nil, err
@@ -142,8 +137,8 @@ func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[c
 	if err != nil {
 		return nil, err
 	}
-	if tok := req.Msg.GetLeaseToken(); tok == "" || len(tok) > 128 {
-		return nil, errInvalid("lease_token", "must be the 1 to 128 byte token Admit returned")
+	if tok := req.Msg.GetLeaseToken(); tok == "" || len(tok) > MaxLeaseTokenLen {
+		return nil, errInvalid("lease_token", "must be the 1 to %d byte token Admit returned", MaxLeaseTokenLen)
 	}
 	exp, err := s.store.ExtendLease(ctx, store.Conn{Tenant: who.Tenant, ID: id, Label: label}, req.Msg.GetLeaseToken(), time.Duration(ttl)*time.Millisecond)
 	if err != nil {
@@ -153,7 +148,8 @@ func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[c
 }
 
 func (s cooldownService) GetConnection(ctx context.Context, req *connect.Request[cooldownv1.GetConnectionRequest]) (*connect.Response[cooldownv1.GetConnectionResponse], error) {
-	who, err := s.authorize(ctx, req.Header(), RoleViewer)
+	who := identity(ctx)
+	sc, err := readScope(who, "tenant", req.Msg.GetTenant(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -161,14 +157,18 @@ func (s cooldownService) GetConnection(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, err
 	}
-	if req.Msg.GetHistoryLimit() > 50 {
-		return nil, errInvalid("history_limit", "must be at most 50")
+	if req.Msg.GetHistoryLimit() > MaxHistoryLimit {
+		return nil, errInvalid("history_limit", "must be at most %d", MaxHistoryLimit)
 	}
-	snap, hist, err := s.store.Get(ctx, who.Tenant, id, int(req.Msg.GetHistoryLimit()))
+	snap, hist, err := s.store.Get(ctx, sc.tenant, id, int(req.Msg.GetHistoryLimit()))
 	if err != nil {
 		return nil, s.storeError(ctx, "get", err)
 	}
-	out := &cooldownv1.GetConnectionResponse{Connection: stateProto(snap)}
+	out := &cooldownv1.GetConnectionResponse{
+		Connection: stateProto(snap, who.AllTenants()),
+		Policy:     policyProto(s.policyFor(sc.tenant, snap.Label)),
+		Found:      snap.Exists,
+	}
 	for _, t := range hist {
 		out.History = append(out.History, transitionProto(t, snap.Label))
 	}
@@ -176,7 +176,8 @@ func (s cooldownService) GetConnection(ctx context.Context, req *connect.Request
 }
 
 func (s cooldownService) ListConnections(ctx context.Context, req *connect.Request[cooldownv1.ListConnectionsRequest]) (*connect.Response[cooldownv1.ListConnectionsResponse], error) {
-	who, err := s.authorize(ctx, req.Header(), RoleViewer)
+	who := identity(ctx)
+	sc, err := readScope(who, "tenant", req.Msg.GetTenant(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -187,67 +188,138 @@ func (s cooldownService) ListConnections(ctx context.Context, req *connect.Reque
 	if size > MaxPageSize {
 		return nil, errInvalid("page_size", "must be at most %d", MaxPageSize)
 	}
-	after := req.Msg.GetPageToken()
-	if after != "" {
-		if _, err := keys.ParseID(after); err != nil {
-			return nil, errInvalid("page_token", "is not a token from a previous page")
-		}
+	from, err := parsePageToken(sc, req.Msg.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
-	snaps, more, err := s.listPage(ctx, who.Tenant, after, size)
+	snaps, next, err := s.listScope(ctx, sc, from, size)
 	if err != nil {
 		return nil, s.storeError(ctx, "list", err)
 	}
-	out := &cooldownv1.ListConnectionsResponse{}
+	out := &cooldownv1.ListConnectionsResponse{NextPageToken: next.String(sc)}
 	for _, sn := range snaps {
-		out.Connections = append(out.Connections, stateProto(sn))
-	}
-	if more && len(snaps) > 0 {
-		out.NextPageToken = snaps[len(snaps)-1].ID.String()
+		out.Connections = append(out.Connections, stateProto(sn, who.AllTenants()))
 	}
 	return connect.NewResponse(out), nil
 }
 
-func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Request[cooldownv1.WatchConnectionsRequest], stream *connect.ServerStream[cooldownv1.WatchConnectionsResponse]) error {
-	// Viewers watch for the dashboard; clients watch to keep the mirror of
-	// the connections they admit locally (see client.WithMirror).
-	who, err := s.authorize(ctx, req.Header(), RoleViewer)
-	if connect.CodeOf(err) == connect.CodePermissionDenied {
-		who, err = s.authorize(ctx, req.Header(), RoleClient)
+// pageToken is where a listing continues: after id in tenant. A
+// single-tenant listing's token is the id's hex (as before the operator
+// role); an every-tenant listing's is "<tenant>/<id hex>".
+type pageToken struct {
+	tenant string
+	after  string
+	set    bool
+}
+
+func (p pageToken) String(sc scope) string {
+	switch {
+	case !p.set:
+		return ""
+	case sc.all:
+		return p.tenant + "/" + p.after
 	}
+	return p.after
+}
+
+func parsePageToken(sc scope, tok string) (pageToken, error) {
+	if tok == "" {
+		return pageToken{}, nil
+	}
+	bad := errInvalid("page_token", "is not a token from a previous page of this listing")
+	p := pageToken{tenant: sc.tenant, after: tok, set: true}
+	if sc.all {
+		t, id, ok := strings.Cut(tok, "/")
+		if !ok || keys.ValidateTenant(t) != nil {
+			return pageToken{}, bad
+		}
+		p.tenant, p.after = t, id
+	}
+	if _, err := keys.ParseID(p.after); err != nil {
+		return pageToken{}, bad
+	}
+	return p, nil
+}
+
+// listScope returns up to size connections of the scope from the page
+// token on, in (tenant, id) order, and the token of the next page (unset
+// when the listing is done).
+func (s cooldownService) listScope(ctx context.Context, sc scope, from pageToken, size int) ([]store.Snapshot, pageToken, error) {
+	tenants := []string{sc.tenant}
+	if sc.all {
+		all, err := s.store.Tenants(ctx)
+		if err != nil {
+			return nil, pageToken{}, err
+		}
+		// Continue with the token's tenant (it may have left the set since).
+		i, _ := slices.BinarySearch(all, from.tenant)
+		tenants = all[i:]
+	}
+	var out []store.Snapshot
+	for i, t := range tenants {
+		after := ""
+		if t == from.tenant {
+			after = from.after
+		}
+		snaps, more, err := s.listPage(ctx, t, after, size-len(out))
+		if err != nil {
+			return nil, pageToken{}, err
+		}
+		out = append(out, snaps...)
+		switch {
+		case more && len(snaps) > 0:
+			// A page of the store may come back short (expired entries
+			// pruned): continue after its last entry next time.
+			return out, pageToken{tenant: t, after: snaps[len(snaps)-1].ID.String(), set: true}, nil
+		case len(out) == size && i < len(tenants)-1:
+			return out, pageToken{tenant: t, after: out[len(out)-1].ID.String(), set: true}, nil
+		}
+	}
+	return out, pageToken{}, nil
+}
+
+func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Request[cooldownv1.WatchConnectionsRequest], stream *connect.ServerStream[cooldownv1.WatchConnectionsResponse]) error {
+	who := identity(ctx)
+	sc, err := readScope(who, "tenant", req.Msg.GetTenant(), true)
 	if err != nil {
 		return err
 	}
-	release, err := s.openWatch(who.Tenant)
+	capKey := sc.tenant
+	if sc.all {
+		capKey = "*" // not a tenant name: the operators' watches share one cap
+	}
+	release, err := s.openWatch(capKey)
 	if err != nil {
 		return err
 	}
 	defer release()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// Subscribe before the snapshot so no change falls between the two.
-	events, err := s.store.Watch(ctx, who.Tenant)
-	if err != nil {
-		return s.storeError(ctx, "watch", err)
-	}
-	if req.Msg.GetSnapshot() {
-		after := ""
-		for {
-			snaps, more, err := s.listPage(ctx, who.Tenant, after, MaxPageSize)
-			if err != nil {
-				return s.storeError(ctx, "list", err)
-			}
-			for _, sn := range snaps {
-				if err := stream.Send(&cooldownv1.WatchConnectionsResponse{Connection: stateProto(sn), Snapshot: true}); err != nil {
-					return err
-				}
-			}
-			if !more || len(snaps) == 0 {
-				break
-			}
-			after = snaps[len(snaps)-1].ID.String()
+	w := &watchFeeds{svc: s, ctx: ctx, events: make(chan watchEvent)}
+	tenants := []string{sc.tenant}
+	if sc.all {
+		if tenants, err = s.store.Tenants(ctx); err != nil {
+			return s.storeError(ctx, "watch", err)
 		}
 	}
-	// One heartbeat now flushes the response headers, so a client knows the
+	// Subscribe before the snapshot so no change falls between the two.
+	for _, t := range tenants {
+		if err := w.join(t); err != nil {
+			return s.storeError(ctx, "watch", err)
+		}
+	}
+	send := func(sn store.Snapshot, snapshot bool) error {
+		return stream.Send(&cooldownv1.WatchConnectionsResponse{Connection: stateProto(sn, who.AllTenants()), Snapshot: snapshot})
+	}
+	if req.Msg.GetSnapshot() {
+		for _, t := range tenants {
+			if err := s.eachConnection(ctx, t, func(sn store.Snapshot) error { return send(sn, true) }); err != nil {
+				return err
+			}
+		}
+	}
+	// The first empty message marks the end of the snapshot (see the
+	// proto); it also flushes the response headers, so a client knows the
 	// subscription is live even when there is nothing to send yet.
 	if err := stream.Send(&cooldownv1.WatchConnectionsResponse{}); err != nil {
 		return err
@@ -261,30 +333,135 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 		case <-s.closing:
 			return nil
 		case <-heartbeat.C:
+			if sc.all {
+				// Tenants that appeared since: join them, then send their
+				// connections (as states without a transition), so that
+				// nothing of theirs falls between the join and the read.
+				fresh, err := w.joinNew()
+				if err != nil {
+					return s.storeError(ctx, "watch", err)
+				}
+				for _, t := range fresh {
+					if err := s.eachConnection(ctx, t, func(sn store.Snapshot) error { return send(sn, false) }); err != nil {
+						return err
+					}
+				}
+			}
 			// An empty message keeps proxies from idling the stream out.
 			if err := stream.Send(&cooldownv1.WatchConnectionsResponse{}); err != nil {
 				return err
 			}
-		case t, ok := <-events:
-			if !ok {
+		case ev := <-w.events:
+			if ev.lost {
 				return connect.NewError(connect.CodeUnavailable, errWatchLost)
 			}
+			t := ev.t
 			// The event carries the state after the change: no read here.
 			snap := t.State
 			if snap == nil {
-				got, _, err := s.store.Get(ctx, who.Tenant, t.ID, 0)
+				got, _, err := s.store.Get(ctx, t.Tenant, t.ID, 0)
 				if err != nil {
 					return s.storeError(ctx, "get", err)
 				}
 				snap = &got
 			}
+			if snap.Tenant == "" {
+				snap.Tenant = t.Tenant
+			}
 			if err := stream.Send(&cooldownv1.WatchConnectionsResponse{
-				Connection: stateProto(*snap), Transition: transitionProto(t, snap.Label),
+				Connection: stateProto(*snap, who.AllTenants()), Transition: transitionProto(t, snap.Label),
 			}); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// eachConnection calls f with every connection of a tenant, page by page.
+func (s cooldownService) eachConnection(ctx context.Context, tenant string, f func(store.Snapshot) error) error {
+	after := ""
+	for {
+		snaps, more, err := s.listPage(ctx, tenant, after, MaxPageSize)
+		if err != nil {
+			return s.storeError(ctx, "list", err)
+		}
+		for _, sn := range snaps {
+			if err := f(sn); err != nil {
+				return err
+			}
+		}
+		if !more || len(snaps) == 0 {
+			return nil
+		}
+		after = snaps[len(snaps)-1].ID.String()
+	}
+}
+
+// watchEvent is one transition of a watched tenant, or (lost) the news
+// that a tenant's feed ended and events may have been missed.
+type watchEvent struct {
+	t    store.Transition
+	lost bool
+}
+
+// watchFeeds merges the store's per-tenant feeds into one channel for one
+// watch stream (one tenant, or every tenant for an operator).
+type watchFeeds struct {
+	svc    cooldownService
+	ctx    context.Context
+	events chan watchEvent
+	joined map[string]bool
+}
+
+func (w *watchFeeds) join(tenant string) error {
+	ch, err := w.svc.store.Watch(w.ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if w.joined == nil {
+		w.joined = map[string]bool{}
+	}
+	w.joined[tenant] = true
+	go func() {
+		for {
+			var ev watchEvent
+			select {
+			case <-w.ctx.Done():
+				return
+			case t, ok := <-ch:
+				ev = watchEvent{t: t, lost: !ok}
+			}
+			select {
+			case <-w.ctx.Done():
+				return
+			case w.events <- ev:
+			}
+			if ev.lost {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// joinNew joins the tenants that appeared since the last look and returns
+// them.
+func (w *watchFeeds) joinNew() ([]string, error) {
+	all, err := w.svc.store.Tenants(w.ctx)
+	if err != nil {
+		return nil, err
+	}
+	var fresh []string
+	for _, t := range all {
+		if w.joined[t] {
+			continue
+		}
+		if err := w.join(t); err != nil {
+			return nil, err
+		}
+		fresh = append(fresh, t)
+	}
+	return fresh, nil
 }
 
 // maxPrunedPages bounds how many consecutive pages of expired index entries

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -13,11 +12,6 @@ import (
 
 	"github.com/cooldownd/cooldownd/internal/store"
 )
-
-// errInvalid builds an invalid_argument error naming the field.
-func errInvalid(field, format string, args ...any) error {
-	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-}
 
 // storeError maps an error of store operation op to a Connect error. It is
 // the one place domain errors become wire codes; messages never carry key

@@ -2,7 +2,10 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -16,6 +19,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -57,7 +61,7 @@ type Metrics struct {
 	attached bool
 }
 
-func newMetrics() *Metrics {
+func newMetrics(version, revision string) *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		admits: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -96,6 +100,18 @@ func newMetrics() *Metrics {
 		}),
 		tenants: map[string]struct{}{},
 	}
+	if version == "" {
+		version = "unknown"
+	}
+	if revision == "" {
+		revision = "unknown"
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "cooldownd_build_info", Help: "Always 1; the labels say which build of cooldownd this replica runs.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision},
+	})
+	buildInfo.Set(1)
+	m.reg.MustRegister(buildInfo)
 	m.reg.MustRegister(m.admits, m.reports, m.rpc, m.transitions, m.probes, m.expired, m.overrides, m.watchers, m.redis, m.listErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	return m
@@ -144,9 +160,11 @@ func (s *Server) ObserveRedis(op string, d time.Duration) {
 	s.metrics.redis.WithLabelValues(op).Observe(d.Seconds())
 }
 
-// metricsHandler serves /metrics. The first call registers the
-// connections-by-state collector, which needs the store.
-func (s *Server) metricsHandler() http.Handler {
+// MetricsHandler serves /metrics, behind Options.MetricsToken when set. The
+// first call registers the connections-by-state collector, which needs the
+// store. Handler mounts it unless Options.MetricsOff; a server that serves
+// metrics on a listener of its own mounts it there.
+func (s *Server) MetricsHandler() http.Handler {
 	m := s.metrics
 	m.mu.Lock()
 	if !m.attached {
@@ -154,7 +172,22 @@ func (s *Server) metricsHandler() http.Handler {
 		m.reg.MustRegister(newConnCollector(s))
 	}
 	m.mu.Unlock()
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	if s.metricsTo == "" {
+		return h
+	}
+	want := sha256.Sum256([]byte(s.metricsTo))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Hash both sides so the comparison takes the same time whatever
+		// the length of what was sent.
+		got := sha256.Sum256([]byte(bearer(r.Header)))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="metrics"`)
+			http.Error(w, "/metrics needs the metrics bearer token", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // noteTenant remembers a tenant for the connections gauge, up to
@@ -182,7 +215,9 @@ func (m *Metrics) knownTenants() ([]string, int) {
 }
 
 // metricsInterceptor times unary RPCs, counts what their answers say
-// (probes, overrides) and counts open watch streams.
+// (probes, overrides) and counts open watch streams. At debug level it
+// also writes the access log: one line per call with its procedure, code,
+// duration, tenant and connection.
 func (s *Server) metricsInterceptor() connect.Interceptor { return metricsInterceptor{s} }
 
 type metricsInterceptor struct{ s *Server }
@@ -190,16 +225,13 @@ type metricsInterceptor struct{ s *Server }
 func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	m := i.s.metrics
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		start := time.Now()
+		start := i.s.now()
+		ctx, ci := withCallInfo(ctx)
 		res, err := next(ctx, req)
-		code := "ok"
-		var ce *connect.Error
-		if errors.As(err, &ce) {
-			code = ce.Code().String()
-		} else if err != nil {
-			code = connect.CodeUnknown.String()
-		}
-		m.rpc.WithLabelValues(req.Spec().Procedure, code).Observe(time.Since(start).Seconds())
+		code := codeOf(err)
+		took := i.s.now().Sub(start)
+		m.rpc.WithLabelValues(req.Spec().Procedure, code).Observe(took.Seconds())
+		i.s.accessLog(ctx, req.Spec().Procedure, code, took, ci, req.Any())
 		if err == nil && res != nil {
 			m.count(req.Any(), res.Any())
 		}
@@ -216,8 +248,64 @@ func (i metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
 		m.watchers.Inc()
 		defer m.watchers.Dec()
-		return next(ctx, conn)
+		start := i.s.now()
+		ctx, ci := withCallInfo(ctx)
+		err := next(ctx, conn)
+		i.s.accessLog(ctx, conn.Spec().Procedure, codeOf(err), i.s.now().Sub(start), ci, nil)
+		return err
 	}
+}
+
+// codeOf is an RPC's result as a metric label and log value.
+func codeOf(err error) string {
+	var ce *connect.Error
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &ce):
+		return ce.Code().String()
+	}
+	return connect.CodeUnknown.String()
+}
+
+// accessLog writes one debug line for a finished call: procedure, code,
+// duration (human), the caller's tenant and name, and the connection's
+// short id when the request names one. Nothing else of the request (no
+// label, no token) is logged.
+func (s *Server) accessLog(ctx context.Context, procedure, code string, took time.Duration, ci *callInfo, req any) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("procedure", procedure), slog.String("code", code), slog.String("duration", human(took))}
+	if ci.authd {
+		tenant := ci.who.Tenant
+		if r, ok := req.(interface{ GetTenant() string }); ok && r.GetTenant() != "" {
+			tenant = r.GetTenant()
+		}
+		attrs = append(attrs, slog.String("tenant", tenant), slog.String("actor", ci.who.Name))
+	}
+	if id, ok := requestID(req); ok {
+		attrs = append(attrs, slog.String("id", ShortID(id)))
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, "rpc", attrs...)
+}
+
+// requestID is the connection a request names (Admit: its first
+// candidate).
+func requestID(req any) (keys.ID, bool) {
+	var b []byte
+	switch r := req.(type) {
+	case *cooldownv1.AdmitRequest:
+		if len(r.GetCandidates()) > 0 {
+			b = r.GetCandidates()[0].GetId()
+		}
+	case interface{ GetConnection() *cooldownv1.Connection }:
+		b = r.GetConnection().GetId()
+	case interface{ GetId() []byte }:
+		b = r.GetId()
+	}
+	id, err := keys.IDFromBytes(b)
+	return id, err == nil
 }
 
 // count updates the counters that an RPC's answer implies.

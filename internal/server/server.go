@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,39 +14,10 @@ import (
 	"connectrpc.com/grpcreflect"
 
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/dashboard"
-	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
-
-// Role is what an identity may do. Higher roles include lower ones.
-type Role int
-
-// Roles.
-const (
-	RoleClient Role = 1 // Admit, Report, ExtendLease
-	RoleViewer Role = 2 // Get, List, Watch, the dashboard
-	RoleAdmin  Role = 3 // overrides and reset, and everything else
-)
-
-// Identity is the authenticated caller.
-type Identity struct {
-	Tenant string
-	Role   Role
-	// Name is the token's name, recorded as the actor of overrides.
-	Name string
-}
-
-// allows reports whether an identity with role r may act as want. Roles
-// are separate grants except that admin may do everything and viewer and
-// client are distinct (a client token cannot read the dashboard).
-func (r Role) allows(want Role) bool { return r == RoleAdmin || r == want }
-
-// Authenticator maps a bearer token to an identity. It must compare tokens
-// in constant time and never log them.
-type Authenticator interface {
-	Authenticate(token string) (Identity, bool)
-}
 
 // Options configure a [Server].
 type Options struct {
@@ -73,7 +43,22 @@ type Options struct {
 	// negative: none): a watcher that stops reading is cut off instead of
 	// holding its handler, blocked on a full connection, forever.
 	StreamWriteTimeout time.Duration
-	// Now, for tests only, replaces the wall clock of log rate limiting.
+	// PolicyFor returns the breaker policy of a tenant's connection by its
+	// label, as the store applies it (store.Options.PolicyFor); it is shown
+	// in GetConnection. Nil: the store's policy of the tenant.
+	PolicyFor func(tenant, label string) breaker.Policy
+	// MetricsToken, when set, is the bearer token /metrics requires.
+	MetricsToken string
+	// MetricsOff leaves /metrics out of Handler, for a server that serves
+	// [Server.MetricsHandler] on a listener of its own.
+	MetricsOff bool
+	// CORSOrigins are the browser origins allowed to call the API
+	// cross-origin ("*": any); empty: no CORS headers.
+	CORSOrigins []string
+	// Version and Revision are the build's, for cooldownd_build_info.
+	Version, Revision string
+	// Now, for tests only, replaces the wall clock of log rate limiting
+	// and of the access log's durations.
 	Now func() time.Time
 }
 
@@ -89,6 +74,11 @@ type Server struct {
 	streamTO  time.Duration
 	errLog    *errorLog
 	metrics   *Metrics
+	policyFor func(tenant, label string) breaker.Policy
+	metricsTo string
+	metricsNo bool
+	cors      []string
+	now       func() time.Time
 	closing   chan struct{}
 	closeOnce sync.Once
 	watchMu   sync.Mutex
@@ -101,6 +91,7 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("server: a store is required")
 	}
 	s := &Server{store: o.Store, log: o.Logger, auth: o.Auth, heartbeat: o.Heartbeat, closing: make(chan struct{}),
+		policyFor: o.PolicyFor, metricsTo: o.MetricsToken, metricsNo: o.MetricsOff, cors: o.CORSOrigins,
 		bodyTO: orDefault(o.BodyTimeout, 5*time.Second), requestTO: orDefault(o.RequestTimeout, 10*time.Second),
 		readyTO: orDefault(o.ReadinessTimeout, time.Second), streamTO: orDefault(o.StreamWriteTimeout, 30*time.Second)}
 	if s.log == nil {
@@ -113,8 +104,17 @@ func New(o Options) (*Server, error) {
 	if now == nil {
 		now = time.Now
 	}
+	s.now = now
+	if s.policyFor == nil {
+		s.policyFor = func(tenant, _ string) breaker.Policy { return s.store.Policy(tenant) }
+	}
+	for _, o := range s.cors {
+		if err := checkOrigin(o); err != nil {
+			return nil, err
+		}
+	}
 	s.errLog = newErrorLog(s.log, now)
-	s.metrics = newMetrics()
+	s.metrics = newMetrics(o.Version, o.Revision)
 	return s, nil
 }
 
@@ -140,7 +140,9 @@ func (s *Server) Handler() http.Handler {
 			s.log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
 			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
 		}),
-		connect.WithInterceptors(s.metricsInterceptor(), s.timeoutInterceptor()),
+		// Outermost first: observe (metrics, access log) every call,
+		// including refused ones; authenticate and authorise; bound.
+		connect.WithInterceptors(s.metricsInterceptor(), s.authInterceptor(), s.timeoutInterceptor()),
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cooldownv1connect.NewCooldownServiceHandler(cooldownService{s}, opts...))
@@ -151,12 +153,17 @@ func (s *Server) Handler() http.Handler {
 	reflector := grpcreflect.NewStaticReflector(services...)
 	mux.Handle(grpcreflect.NewHandlerV1(reflector))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
-	mux.Handle("/metrics", s.metricsHandler())
+	if !s.metricsNo {
+		mux.Handle("/metrics", s.MetricsHandler())
+	}
 	dash, err := dashboard.New(dashboard.Options{AuthEnabled: s.auth != nil, Identify: func(h http.Header) (dashboard.Identity, error) {
 		who, err := s.Identify(h)
 		role := dashboard.RoleViewer
-		if who.Role == RoleAdmin {
+		switch who.Role {
+		case RoleAdmin:
 			role = dashboard.RoleAdmin
+		case RoleOperator:
+			role = RoleOperator.String() // reads every tenant (ConnectionState.tenant set)
 		}
 		return dashboard.Identity{Tenant: who.Tenant, Role: role, Name: who.Name}, err
 	}})
@@ -180,49 +187,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return s.limitBody(mux)
-}
-
-// Identify authenticates a request's bearer token for the dashboard and
-// returns the caller when its role may read connections (viewer or admin).
-// With auth off every caller is an admin of the default tenant. Its errors
-// are Connect errors: CodeUnauthenticated for a missing or unknown token,
-// CodePermissionDenied for a client token.
-func (s *Server) Identify(h http.Header) (Identity, error) {
-	return s.authorize(context.Background(), h, RoleViewer)
-}
-
-// authorize authenticates the request's bearer token and checks its role.
-// It is the one place a request is authenticated; it also tells the
-// metrics which tenants exist (for the connections gauge).
-func (s *Server) authorize(_ context.Context, h http.Header, want Role) (Identity, error) {
-	if s.auth == nil {
-		s.metrics.noteTenant(keys.DefaultTenant)
-		return Identity{Tenant: keys.DefaultTenant, Role: RoleAdmin, Name: "anonymous"}, nil
-	}
-	// The auth scheme is case-insensitive (RFC 9110, section 11.1).
-	const scheme = "bearer "
-	hv := h.Get("Authorization")
-	var tok string
-	if len(hv) > len(scheme) && strings.EqualFold(hv[:len(scheme)], scheme) {
-		tok = strings.TrimSpace(hv[len(scheme):])
-	}
-	if tok == "" {
-		return Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a bearer token is required"))
-	}
-	who, ok := s.auth.Authenticate(tok)
-	if !ok {
-		return Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown token"))
-	}
-	if keys.ValidateTenant(who.Tenant) != nil {
-		s.log.Error("authenticator returned an invalid tenant; refusing the request", "token_name", who.Name)
-		return Identity{}, connect.NewError(connect.CodeInternal, errors.New("misconfigured tenant"))
-	}
-	if !who.Role.allows(want) {
-		return Identity{}, connect.NewError(connect.CodePermissionDenied, errors.New("the token's role does not allow this call"))
-	}
-	s.metrics.noteTenant(who.Tenant)
-	return who, nil
+	return s.withCORS(s.limitBody(mux))
 }
 
 // healthChecker reports SERVING when Redis answers within timeout.

@@ -1,9 +1,12 @@
 package server
 
 import (
+	"fmt"
 	"time"
 	"unicode/utf8"
 
+	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
@@ -25,7 +28,29 @@ const (
 	// subscription, but every stream holds a goroutine and a buffer).
 	MaxWatchesPerTenant = 100
 	MaxWatches          = 2000
+	// MaxLeaseTokenLen bounds a lease token sent back by a client.
+	MaxLeaseTokenLen = 128
+	// MaxHistoryLimit is the most transitions GetConnection returns.
+	MaxHistoryLimit = 50
+	// MaxBatch is the most successes one report may stand for.
+	MaxBatch = 1_000_000
+	// MaxOverride is the longest timed override.
+	MaxOverride = 30 * 24 * time.Hour
 )
+
+// errInvalid builds an invalid_argument error naming the field: in its
+// message ("field: description") and as a google.rpc.BadRequest detail
+// with one field violation, which clients read without parsing text.
+func errInvalid(field, format string, args ...any) error {
+	desc := fmt.Sprintf(format, args...)
+	err := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s: %s", field, desc))
+	if d, derr := connect.NewErrorDetail(&errdetails.BadRequest{
+		FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: desc}},
+	}); derr == nil {
+		err.AddDetail(d)
+	}
+	return err
+}
 
 func parseID(field string, b []byte) (keys.ID, error) {
 	id, err := keys.IDFromBytes(b)
