@@ -129,3 +129,47 @@ func TestRecoveryAndMetrics(t *testing.T) {
 	assert.Equal(t, 20*time.Millisecond, m.P99Added)
 	assert.InDelta(t, 2.0, m.Steady, 0.01, "2 failing requests in the 0.5 s after the first 500 ms")
 }
+
+// TestFallbackProperty: after the first quota answer nobody rediscovers the
+// exhausted primary and every call goes straight to the fallback; a call
+// that needed a second request, or was answered by the primary, breaks it.
+func TestFallbackProperty(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(100, 0)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	quota := fakeprovider.Arrival{Seq: 0, Key: worker.KeyPrimary, SentAt: at(time.Second), At: at(time.Second),
+		End: at(time.Second + time.Millisecond), Kind: fakeprovider.Quota, Status: 429}
+	straight := worker.Call{OK: true, Start: at(2 * time.Second), End: at(2*time.Second + 5*time.Millisecond), Attempts: 1, Key: worker.KeyFallback}
+	tests := []struct {
+		name  string
+		calls []worker.Call
+		late  bool // a primary request long after the quota answer
+		want  int  // fallback violations
+	}{
+		{name: "straight to the fallback", calls: []worker.Call{straight, straight}},
+		{name: "a slow admit is not a violation", calls: []worker.Call{{OK: true, Start: at(2 * time.Second), End: at(3 * time.Second), Attempts: 1, Key: worker.KeyFallback}}},
+		{name: "a retry to switch", calls: []worker.Call{straight, {OK: true, Start: at(2 * time.Second), End: at(3 * time.Second), Attempts: 2, Key: worker.KeyFallback}}, want: 1},
+		{name: "answered by the primary", calls: []worker.Call{{OK: true, Start: at(2 * time.Second), End: at(3 * time.Second), Attempts: 1, Key: worker.KeyPrimary}}, want: 1},
+		{name: "the primary rediscovered", calls: []worker.Call{straight}, late: true, want: 1},
+		{name: "calls before the switch do not count", calls: []worker.Call{{OK: true, Start: at(500 * time.Millisecond), End: at(time.Second), Attempts: 2, Key: worker.KeyPrimary}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			arr := []fakeprovider.Arrival{quota}
+			if tt.late {
+				arr = append(arr, fakeprovider.Arrival{Seq: 1, Key: worker.KeyPrimary, SentAt: at(3 * time.Second), At: at(3 * time.Second), Kind: fakeprovider.Quota, Status: 429})
+			}
+			r := &Result{Scenario: Scenario{Name: "quota-fallback", Fallback: true}, Strategy: worker.NoCoordination,
+				Options: Options{P: 1, Policy: DefaultPolicy(), Timing: DefaultTiming()}, T0: t0,
+				Arrivals: arr, Workers: []*worker.Result{{Calls: tt.calls}}}
+			n := 0
+			for _, v := range Check(r) {
+				if v.Property == PropFallback {
+					n += v.Count
+				}
+			}
+			assert.Equal(t, tt.want, n)
+		})
+	}
+}
