@@ -44,14 +44,13 @@ func ParseRole(s string) (Role, bool) {
 	return 0, false
 }
 
-// Allows reports whether an identity with role r may act as want (one of
-// RoleClient, RoleViewer, RoleAdmin).
+// Allows reports whether an identity with role r holds want's grant.
 func (r Role) Allows(want Role) bool {
 	switch r {
 	case RoleAdmin:
-		return true
+		return want != RoleOperator // its own tenant's grants, not every tenant's
 	case RoleOperator:
-		return want == RoleViewer
+		return want == RoleViewer || want == RoleOperator
 	}
 	return r == want
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -142,4 +143,64 @@ func FuzzParse(f *testing.F) {
 		require.Positive(t, tab.Len())
 		_, _ = tab.Authenticate("probe-token-0123456789")
 	})
+}
+
+func TestRoleAllows(t *testing.T) {
+	t.Parallel()
+	all := []auth.Role{auth.RoleClient, auth.RoleViewer, auth.RoleAdmin, auth.RoleOperator}
+	// grants[have] are the wants that have allows.
+	grants := map[auth.Role][]auth.Role{
+		auth.RoleClient:   {auth.RoleClient},
+		auth.RoleViewer:   {auth.RoleViewer},
+		auth.RoleAdmin:    {auth.RoleClient, auth.RoleViewer, auth.RoleAdmin},
+		auth.RoleOperator: {auth.RoleViewer, auth.RoleOperator},
+	}
+	for _, have := range all {
+		for _, want := range all {
+			t.Run(have.String()+" as "+want.String(), func(t *testing.T) {
+				t.Parallel()
+				assert.Equal(t, slices.Contains(grants[have], want), have.Allows(want))
+			})
+		}
+	}
+	assert.Equal(t, "role(9)", auth.Role(9).String())
+	for _, r := range all {
+		got, ok := auth.ParseRole(r.String())
+		assert.True(t, ok)
+		assert.Equal(t, r, got)
+	}
+	_, ok := auth.ParseRole("root")
+	assert.False(t, ok)
+}
+
+func TestOperatorTokens(t *testing.T) {
+	t.Parallel()
+	const opTok = "operator-token-0123456789"
+	tests := []struct {
+		name    string
+		entry   string
+		wantErr string
+	}{
+		{"operator without tenant", "  - name: sre\n    role: operator\n    token: " + opTok + "\n", ""},
+		{"operator with a tenant", "  - name: sre\n    tenant: team-a\n    role: operator\n    token: " + opTok + "\n", "leave tenant out"},
+		{"viewer without tenant", "  - name: v\n    role: viewer\n    token: " + opTok + "\n", "tenant"},
+		{"unknown role", "  - name: v\n    tenant: team-a\n    role: root\n    token: " + opTok + "\n", "client, viewer, admin or operator"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tab, err := auth.Parse([]byte("tokens:\n" + tt.entry))
+			if tt.wantErr != "" {
+				require.ErrorIs(t, err, auth.ErrInvalidTokens)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				assert.NotContains(t, err.Error(), opTok)
+				return
+			}
+			require.NoError(t, err)
+			who, ok := tab.Authenticate(opTok)
+			require.True(t, ok)
+			assert.Equal(t, auth.Identity{Role: auth.RoleOperator, Name: "sre"}, who)
+			assert.True(t, who.AllTenants())
+		})
+	}
 }

@@ -35,10 +35,10 @@ const (
 // each procedure (any one suffices; see [auth.Role.Allows]). A procedure
 // missing from it is refused.
 var procedureRoles = map[string][]Role{
-	cooldownv1connect.CooldownServiceAdmitProcedure:          {RoleClient},
-	cooldownv1connect.CooldownServiceReportProcedure:         {RoleClient},
-	cooldownv1connect.CooldownServiceExtendLeaseProcedure:    {RoleClient},
-	cooldownv1connect.CooldownServiceGetConnectionProcedure:  {RoleViewer},
+	cooldownv1connect.CooldownServiceAdmitProcedure:           {RoleClient},
+	cooldownv1connect.CooldownServiceReportProcedure:          {RoleClient},
+	cooldownv1connect.CooldownServiceExtendLeaseProcedure:     {RoleClient},
+	cooldownv1connect.CooldownServiceGetConnectionProcedure:   {RoleViewer},
 	cooldownv1connect.CooldownServiceListConnectionsProcedure: {RoleViewer},
 	// Viewers watch for the dashboard; clients watch to keep the mirror of
 	// the connections they admit locally (see client.WithMirror).

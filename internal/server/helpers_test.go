@@ -70,6 +70,7 @@ type envOptions struct {
 	auth      server.Authenticator
 	heartbeat time.Duration
 	idleTTL   time.Duration
+	server    func(*server.Options)
 }
 
 type envOption func(*envOptions)
@@ -77,6 +78,11 @@ type envOption func(*envOptions)
 func withAuth(a server.Authenticator) envOption { return func(o *envOptions) { o.auth = a } }
 
 func withIdleTTL(d time.Duration) envOption { return func(o *envOptions) { o.idleTTL = d } }
+
+func withHeartbeat(d time.Duration) envOption { return func(o *envOptions) { o.heartbeat = d } }
+
+// withServer edits the server's options (after the defaults are set).
+func withServer(f func(*server.Options)) envOption { return func(o *envOptions) { o.server = f } }
 
 // newEnv starts a server bound to the test. A handler panic (which
 // net/http would recover and log) fails the test.
@@ -94,7 +100,11 @@ func newEnv(t *testing.T, opts ...envOption) *env {
 	p := fastPolicy()
 	st, err := store.New(rdb, store.Options{Policy: &p, IdleTTL: o.idleTTL})
 	require.NoError(t, err)
-	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.DiscardHandler), Auth: o.auth, Heartbeat: o.heartbeat})
+	so := server.Options{Store: st, Logger: slog.New(slog.DiscardHandler), Auth: o.auth, Heartbeat: o.heartbeat}
+	if o.server != nil {
+		o.server(&so)
+	}
+	srv, err := server.New(so)
 	require.NoError(t, err)
 
 	errLog := &syncBuffer{}
