@@ -10,7 +10,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cooldownd/cooldownd/internal/proctest"
 )
 
 // Mini starts a miniredis bound to the test and returns it with a client.
@@ -46,29 +47,37 @@ func Missing(tb testing.TB, what string) {
 	tb.Skipf("SKIPPED: %s not installed", what)
 }
 
-// FreePort returns a free TCP port on 127.0.0.1.
+// FreePort returns a free TCP port on 127.0.0.1 (see [proctest.FreePort],
+// the variant for code outside tests).
 func FreePort(tb testing.TB) int {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := proctest.FreePort()
 	if err != nil {
-		tb.Fatalf("free port: %v", err)
+		tb.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // Server is one redis-server process.
 type Server struct {
 	Addr string
-	cmd  *exec.Cmd
+	p    *proctest.Proc
 }
 
 // Stop kills the server (SIGKILL) and waits for it.
-func (s *Server) Stop() {
-	if s.cmd.Process != nil {
-		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+func (s *Server) Stop() { s.p.Kill() }
+
+// start starts bin with args as a child of the test, killed at cleanup
+// (and by the kernel should the test binary die first, on Linux).
+func start(tb testing.TB, dir, name, bin string, args ...string) *proctest.Proc {
+	tb.Helper()
+	g := proctest.NewGroup(dir)
+	p, err := g.Start(name, exec.Command(bin, args...))
+	if err != nil {
+		tb.Fatalf("%s: %v", name, err)
 	}
+	tb.Cleanup(g.KillAll)
+	return p
 }
 
 // StartServer starts a redis-server on a free loopback port with extra
@@ -83,24 +92,12 @@ func StartServer(tb testing.TB, extra ...string) *Server {
 	port := FreePort(tb)
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log")}, extra...)
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start redis-server: %v", err)
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), p: start(tb, dir, "redis-server", bin, args...)}
+	if err := proctest.WaitFor(context.Background(), s.p, 5*time.Second, func() bool { return proctest.RedisPing(s.Addr) }); err != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+		tb.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
-	tb.Cleanup(s.Stop)
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
-	defer func() { _ = c.Close() }()
-	ctx := context.Background()
-	for i := 0; ; i++ {
-		if err := c.Ping(ctx).Err(); err == nil {
-			return s
-		} else if i == 100 {
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			tb.Fatalf("redis-server on %s did not answer in 5s: %v\n%s", s.Addr, err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return s
 }
 
 // Real starts a real redis-server and returns a client on it.

@@ -44,12 +44,7 @@ func Sentinel(tb testing.TB) *SentinelSetup {
 	if filepath.Base(bin) == "redis-server" {
 		args = append(args, "--sentinel")
 	}
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("start sentinel: %v", err)
-	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
-	tb.Cleanup(s.Stop)
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), p: start(tb, dir, "sentinel", bin, args...)}
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
 	defer func() { _ = sc.Close() }()
 	ctx := context.Background()

@@ -16,6 +16,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/proctest"
 )
 
 // goroutinesPerClient is how many calls one simulated client process has
@@ -26,14 +27,14 @@ const goroutinesPerClient = 4
 // Redis Cluster, o.replicas cooldownds, o.clients client processes (each
 // its own HTTP/2 connection to one replica) over o.conns connections; then
 // the model, calibrated by the per-op Redis cost measured here.
-func runCluster(ctx context.Context, o options, ps *procs) error {
-	addrs, err := ps.startCluster(ctx, 3)
+func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
+	addrs, err := startCluster(ctx, ps, 3)
 	if err != nil {
 		return err
 	}
 	var reps []replica
 	for i := range o.replicas {
-		r, err := ps.startCooldownd(ctx, fmt.Sprintf("cooldownd-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","))
+		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","))
 		if err != nil {
 			return err
 		}

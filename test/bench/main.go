@@ -42,6 +42,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/cooldownd/cooldownd/internal/proctest"
 )
 
 type options struct {
@@ -161,8 +163,8 @@ func run() (int, error) {
 	} else if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return 1, err
 	}
-	ps := &procs{dir: o.dir}
-	defer ps.killAll()
+	ps := proctest.NewGroup(o.dir)
+	defer ps.KillAll()
 	if o.bin == "" {
 		bin, err := buildCooldownd(ctx, o.dir)
 		if err != nil {

@@ -4,99 +4,48 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cooldownd/cooldownd/internal/proctest"
 )
-
-// procs tracks the child processes so that all die with the run.
-type procs struct {
-	dir string
-	mu  sync.Mutex
-	all []*exec.Cmd
-}
-
-func (ps *procs) start(name string, bin string, args ...string) (*exec.Cmd, error) {
-	log, err := os.Create(filepath.Join(ps.dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = log.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	go func() { _ = cmd.Wait(); _ = log.Close() }()
-	ps.mu.Lock()
-	ps.all = append(ps.all, cmd)
-	ps.mu.Unlock()
-	return cmd, nil
-}
-
-func (ps *procs) killAll() {
-	ps.mu.Lock()
-	defer ps.mu.Unlock()
-	for _, c := range ps.all {
-		_ = c.Process.Kill()
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // startRedis starts a redis-server on a free loopback port without
 // persistence (extra: more arguments) and waits until it answers.
-func (ps *procs) startRedis(ctx context.Context, name string, extra ...string) (addr string, pid int, err error) {
-	port, err := freePort()
+func startRedis(ctx context.Context, ps *proctest.Group, name string, extra ...string) (addr string, pid int, err error) {
+	port, err := proctest.FreePort()
 	if err != nil {
 		return "", 0, err
 	}
-	dir := filepath.Join(ps.dir, name+"-data")
+	dir := filepath.Join(ps.Dir(), name+"-data")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", 0, err
 	}
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--daemonize", "no"}, extra...)
-	cmd, err := ps.start(name, "redis-server", args...)
+	p, err := ps.Start(name, exec.Command("redis-server", args...))
 	if err != nil {
 		return "", 0, err
 	}
 	addr = "127.0.0.1:" + strconv.Itoa(port)
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer func() { _ = c.Close() }()
-	for i := 0; ; i++ {
-		if err := c.Ping(ctx).Err(); err == nil {
-			return addr, cmd.Process.Pid, nil
-		} else if i == 200 {
-			return "", 0, fmt.Errorf("redis-server on %s did not answer: %w", addr, err)
-		}
-		time.Sleep(25 * time.Millisecond)
+	if err := proctest.WaitFor(ctx, p, 5*time.Second, func() bool { return proctest.RedisPing(addr) }); err != nil {
+		return "", 0, fmt.Errorf("redis-server on %s did not answer: %w", addr, err)
 	}
+	return addr, p.Pid(), nil
 }
 
 // startCluster starts n cluster-enabled redis-servers and joins them into
 // a cluster of n masters, no replicas.
-func (ps *procs) startCluster(ctx context.Context, n int) ([]string, error) {
+func startCluster(ctx context.Context, ps *proctest.Group, n int) ([]string, error) {
 	var addrs []string
 	for i := range n {
-		a, _, err := ps.startRedis(ctx, fmt.Sprintf("redis-%d", i), "--cluster-enabled", "yes", "--cluster-node-timeout", "5000")
+		a, _, err := startRedis(ctx, ps, fmt.Sprintf("redis-%d", i), "--cluster-enabled", "yes", "--cluster-node-timeout", "5000")
 		if err != nil {
 			return nil, err
 		}
@@ -142,33 +91,23 @@ type replica struct {
 
 // startCooldownd starts bin on a free loopback port (no auth: loopback)
 // with redisArgs and waits until /healthz answers.
-func (ps *procs) startCooldownd(ctx context.Context, name, bin string, redisArgs ...string) (replica, error) {
-	port, err := freePort()
+func startCooldownd(ctx context.Context, ps *proctest.Group, name, bin string, redisArgs ...string) (replica, error) {
+	port, err := proctest.FreePort()
 	if err != nil {
 		return replica{}, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"--addr", addr, "--log-level", "warn"}, redisArgs...)
-	cmd, err := ps.start(name, bin, args...)
+	p, err := ps.Start(name, exec.Command(bin, args...))
 	if err != nil {
 		return replica{}, err
 	}
-	r := replica{url: "http://" + addr, pid: cmd.Process.Pid}
-	for i := 0; ; i++ {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, r.url+"/healthz", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return r, nil
-			}
-		}
-		if i == 400 {
-			log, _ := os.ReadFile(filepath.Join(ps.dir, name+".log"))
-			return replica{}, fmt.Errorf("%s did not become ready: %v\n%s", name, err, log)
-		}
-		time.Sleep(25 * time.Millisecond)
+	r := replica{url: "http://" + addr, pid: p.Pid()}
+	if err := proctest.WaitFor(ctx, p, 10*time.Second, func() bool { return proctest.Healthy(ctx, r.url+"/healthz") }); err != nil {
+		log, _ := os.ReadFile(ps.LogPath(name))
+		return replica{}, fmt.Errorf("%s did not become ready: %w\n%s", name, err, log)
 	}
+	return r, nil
 }
 
 // clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat

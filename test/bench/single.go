@@ -16,6 +16,7 @@ import (
 
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/client"
+	"github.com/cooldownd/cooldownd/internal/proctest"
 )
 
 // measured is one phase of one round: the client's sample and the
@@ -106,12 +107,12 @@ func noop(context.Context) (*http.Response, error) {
 	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}, nil
 }
 
-func runSingle(ctx context.Context, o options, ps *procs) error {
-	addr, redisPID, err := ps.startRedis(ctx, "redis")
+func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
+	addr, redisPID, err := startRedis(ctx, ps, "redis")
 	if err != nil {
 		return err
 	}
-	rep, err := ps.startCooldownd(ctx, "cooldownd", o.bin, "--redis-url", "redis://"+addr)
+	rep, err := startCooldownd(ctx, ps, "cooldownd", o.bin, "--redis-url", "redis://"+addr)
 	if err != nil {
 		return err
 	}

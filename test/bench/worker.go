@@ -9,12 +9,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/proctest"
 )
 
 // A client process of the cluster run is this binary run as
@@ -67,37 +66,19 @@ type workerPool struct {
 	out []*json.Decoder
 }
 
-func startWorkers(ps *procs, urls []string, nconns int) (*workerPool, error) {
+func startWorkers(ps *proctest.Group, urls []string, nconns int) (*workerPool, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	wp := &workerPool{}
 	for i, u := range urls {
-		log, err := os.Create(filepath.Join(ps.dir, fmt.Sprintf("client-%d.log", i)))
+		p, err := ps.StartPiped(fmt.Sprintf("client-%d", i), exec.Command(exe, "-worker", "-worker-url", u, "-connections", fmt.Sprint(nconns)))
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(exe, "-worker", "-worker-url", u, "-connections", fmt.Sprint(nconns))
-		cmd.Stderr = log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start client process: %w", err)
-		}
-		go func() { _ = cmd.Wait(); _ = log.Close() }()
-		ps.mu.Lock()
-		ps.all = append(ps.all, cmd)
-		ps.mu.Unlock()
-		wp.in = append(wp.in, in)
-		wp.out = append(wp.out, json.NewDecoder(bufio.NewReader(out)))
+		wp.in = append(wp.in, p.Stdin)
+		wp.out = append(wp.out, json.NewDecoder(p.Stdout))
 	}
 	return wp, nil
 }

@@ -54,10 +54,10 @@ func (c *cluster) drive(dir string) int {
 	// The workers stop at until, flush their queues and print a summary.
 	for _, w := range c.workers {
 		select {
-		case <-w.p.done:
+		case <-w.p.Done():
 		case <-time.After(15 * time.Second):
 			c.logf("worker-%02d did not stop; killed", w.index)
-			w.p.kill()
+			w.p.Kill()
 		}
 		select {
 		case <-w.read:

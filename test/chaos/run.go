@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/proctest"
 	"github.com/cooldownd/cooldownd/test/chaos/history"
 )
 
@@ -34,7 +35,7 @@ func policyArgs(p breaker.Policy) []string {
 // cluster is everything a run starts.
 type cluster struct {
 	o        options
-	ps       *procs
+	ps       *proctest.Group
 	redis    *redisServer // the master (single mode: behind the proxy)
 	replica  *redisServer // sentinel mode
 	sentinel *redisServer // sentinel mode
@@ -46,7 +47,7 @@ type cluster struct {
 }
 
 type workerProc struct {
-	p        *proc
+	p        *proctest.Proc
 	index    int
 	summary  *workerSummary
 	probe    chan string // conn ids of probes it holds, first only
@@ -79,8 +80,8 @@ func run(o options) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	c := &cluster{o: o, ps: &procs{dir: dir}}
-	defer c.ps.killAll()
+	c := &cluster{o: o, ps: proctest.NewGroup(dir)}
+	defer c.ps.KillAll()
 	defer func() {
 		if c.proxy != nil {
 			c.proxy.close()
@@ -95,13 +96,13 @@ func run(o options) int {
 
 // up starts Redis, the proxy and the replicas.
 func (c *cluster) up() error {
-	bin := filepath.Join(c.ps.dir, "cooldownd")
+	bin := filepath.Join(c.ps.Dir(), "cooldownd")
 	build := exec.Command("go", "build", "-o", bin, "github.com/cooldownd/cooldownd/cmd/cooldownd")
 	if out, err := build.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build cooldownd: %w\n%s", err, out)
 	}
 	port := func() int {
-		p, err := freePort()
+		p, err := proctest.FreePort()
 		if err != nil {
 			panic(err)
 		}
@@ -126,18 +127,18 @@ func (c *cluster) up() error {
 			return err
 		}
 		sp := port()
-		conf := filepath.Join(c.ps.dir, "sentinel.conf")
+		conf := filepath.Join(c.ps.Dir(), "sentinel.conf")
 		body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor chaos 127.0.0.1 %d 1\nsentinel down-after-milliseconds chaos 1000\nsentinel failover-timeout chaos 5000\nsentinel parallel-syncs chaos 1\n", sp, c.redis.port)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			return err
 		}
 		c.sentinel = &redisServer{ps: c.ps, name: "sentinel", port: sp}
-		p, err := c.ps.start("sentinel", exec.Command("redis-server", conf, "--sentinel"))
+		p, err := c.ps.Start("sentinel", exec.Command("redis-server", conf, "--sentinel"))
 		if err != nil {
 			return err
 		}
 		c.sentinel.p = p
-		if err := waitTCP(c.sentinel.addr(), 10*time.Second); err != nil {
+		if err := proctest.WaitFor(context.Background(), p, 10*time.Second, func() bool { return proctest.Accepts(c.sentinel.addr()) }); err != nil {
 			return err
 		}
 		time.Sleep(time.Second) // the sentinel learns the replica
@@ -206,7 +207,7 @@ func (c *cluster) startWorkers(dir string, hot, cold []string, until time.Time) 
 			return err
 		}
 		cmd.Stdout = pw
-		p, err := c.ps.start(fmt.Sprintf("worker-%02d", i+1), cmd)
+		p, err := c.ps.Start(fmt.Sprintf("worker-%02d", i+1), cmd)
 		_ = pw.Close()
 		if err != nil {
 			_ = out.Close()
@@ -336,7 +337,7 @@ func (c *cluster) faults() []fault {
 			fault{name: "proxy: 300 ms latency each way", hold: 3 * time.Second,
 				on: func() { c.proxy.set(proxyLatency) }, off: func() { c.proxy.set(proxyPass) }},
 			fault{name: "redis SIGKILL and restart (script cache lost)", hold: 2 * time.Second,
-				on: func() { c.redis.p.kill() }, off: restartRedis},
+				on: func() { c.redis.p.Kill() }, off: restartRedis},
 			fault{name: "proxy: connections reset", hold: 2 * time.Second,
 				on: func() { c.proxy.set(proxyReset) }, off: func() { c.proxy.set(proxyPass) }},
 			fault{name: "proxy: blackhole", hold: 2 * time.Second,
@@ -350,13 +351,13 @@ func (c *cluster) faults() []fault {
 	}
 	fs = append(fs,
 		fault{name: "replica SIGKILL and restart", hold: 2 * time.Second,
-			on: func() { cd(0).p.kill() }, off: func() {
+			on: func() { cd(0).p.Kill() }, off: func() {
 				if err := cd(0).start(); err != nil {
 					c.logf("  replica restart failed: %v", err)
 				}
 			}},
 		fault{name: "replica SIGSTOP, then SIGCONT", hold: 3 * time.Second,
-			on: func() { cd(1).p.signal(syscall.SIGSTOP) }, off: func() { cd(1).p.signal(syscall.SIGCONT) }},
+			on: func() { cd(1).p.Signal(syscall.SIGSTOP) }, off: func() { cd(1).p.Signal(syscall.SIGCONT) }},
 		fault{name: "client process SIGKILLed while holding a probe lease", hold: 0, on: c.killProbeHolder, off: func() {}},
 	)
 	if c.o.sentinel {
@@ -379,7 +380,7 @@ func (c *cluster) killProbeHolder() {
 			select {
 			case conn := <-w.probe:
 				w.killed = true
-				w.p.kill()
+				w.p.Kill()
 				c.logf("  killed worker-%02d holding a probe lease of …%s", w.index, conn[:8])
 				return
 			default:

@@ -31,6 +31,7 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/client"
+	"github.com/cooldownd/cooldownd/internal/proctest"
 	"github.com/cooldownd/cooldownd/test/storm/fakeprovider"
 	"github.com/cooldownd/cooldownd/test/storm/worker"
 )
@@ -65,8 +66,7 @@ type Harness struct {
 	replicas []string // base URLs
 	seq      atomic.Int64
 
-	mu    sync.Mutex
-	procs []*proc
+	procs *proctest.Group // every child still running
 }
 
 // Build compiles the Go package pkg (an import path) into dir and returns
@@ -94,7 +94,7 @@ func Start(ctx context.Context, o Options) (*Harness, error) {
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
-	h := &Harness{opts: o, dir: o.Dir}
+	h := &Harness{opts: o, dir: o.Dir, procs: proctest.NewGroup(o.Dir)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -138,7 +138,7 @@ func (h *Harness) startRedis(ctx context.Context) (string, error) {
 		return "", err
 	}
 	for range 3 {
-		port, err := freePort()
+		port, err := proctest.FreePort()
 		if err != nil {
 			return "", err
 		}
@@ -148,10 +148,10 @@ func (h *Harness) startRedis(ctx context.Context) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		if err = waitFor(ctx, p, 5*time.Second, func() bool { return redisPing(addr) }); err == nil {
+		if err = proctest.WaitFor(ctx, p, 5*time.Second, func() bool { return proctest.RedisPing(addr) }); err == nil {
 			return addr, nil
 		}
-		p.kill() // most likely the port was taken meanwhile: try another
+		p.Kill() // most likely the port was taken meanwhile: try another
 	}
 	return "", errors.New("harness: redis-server did not start (see redis.log)")
 }
@@ -159,7 +159,7 @@ func (h *Harness) startRedis(ctx context.Context) (string, error) {
 func (h *Harness) startReplica(ctx context.Context, i int) (string, error) {
 	var last error
 	for range 3 {
-		port, err := freePort()
+		port, err := proctest.FreePort()
 		if err != nil {
 			return "", err
 		}
@@ -170,19 +170,11 @@ func (h *Harness) startReplica(ctx context.Context, i int) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		hc := &http.Client{Timeout: time.Second}
-		last = waitFor(ctx, p, 10*time.Second, func() bool {
-			resp, err := hc.Get(base + "/healthz")
-			if err != nil {
-				return false
-			}
-			_ = resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		last = proctest.WaitFor(ctx, p, 10*time.Second, func() bool { return proctest.Healthy(ctx, base+"/healthz") })
 		if last == nil {
 			return base, nil
 		}
-		p.kill()
+		p.Kill()
 	}
 	return "", last
 }
@@ -191,32 +183,7 @@ func (h *Harness) startReplica(ctx context.Context, i int) (string, error) {
 func (h *Harness) Replicas() []string { return append([]string(nil), h.replicas...) }
 
 // Close kills every process the harness started that still runs.
-func (h *Harness) Close() {
-	h.mu.Lock()
-	procs := h.procs
-	h.procs = nil
-	h.mu.Unlock()
-	for i := len(procs) - 1; i >= 0; i-- {
-		procs[i].kill()
-	}
-}
-
-// forget drops ended processes from the registry.
-func (h *Harness) forget(ps ...*proc) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	keep := h.procs[:0]
-	for _, p := range h.procs {
-		drop := false
-		for _, q := range ps {
-			drop = drop || p == q
-		}
-		if !drop {
-			keep = append(keep, p)
-		}
-	}
-	h.procs = keep
-}
+func (h *Harness) Close() { h.procs.KillAll() }
 
 // Kill is the process the harness killed in a probe-killed scenario.
 type Kill struct {
@@ -275,18 +242,18 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 	if err != nil {
 		return nil, err
 	}
-	var workers []*proc
+	var workers []*proctest.Proc
 	defer func() {
-		prov.kill()
+		prov.Kill()
 		for _, w := range workers {
-			w.kill()
+			w.Kill()
 		}
-		h.forget(append(workers, prov)...)
+		h.procs.Forget(append(workers, prov)...)
 	}()
-	if err := json.NewEncoder(prov.stdin).Encode(providerConfig{Script: sc.Script}); err != nil {
+	if err := json.NewEncoder(prov.Stdin).Encode(providerConfig{Script: sc.Script}); err != nil {
 		return nil, err
 	}
-	line, err := prov.readLine(10 * time.Second)
+	line, err := prov.ReadLine(10 * time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -314,20 +281,20 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 			AttemptTimeout: t.AttemptTimeout, Deadline: t.Deadline, Think: t.Think, Duration: sc.Duration,
 			Seed: uint64(h.seq.Load()),
 		}
-		if err := json.NewEncoder(p.stdin).Encode(cfg); err != nil {
+		if err := json.NewEncoder(p.Stdin).Encode(cfg); err != nil {
 			return nil, err
 		}
 	}
 	for _, p := range workers {
-		if line, err := p.readLine(20 * time.Second); err != nil {
+		if line, err := p.ReadLine(20 * time.Second); err != nil {
 			return nil, err
 		} else if line != "ready" {
-			return nil, fmt.Errorf("%s said %q", p.name, line)
+			return nil, fmt.Errorf("%s said %q", p.Name, line)
 		}
 	}
 	res.T0 = time.Now().Add(150 * time.Millisecond)
-	for _, p := range append([]*proc{prov}, workers...) {
-		if err := json.NewEncoder(p.stdin).Encode(start{T0: res.T0.UnixNano()}); err != nil {
+	for _, p := range append([]*proctest.Proc{prov}, workers...) {
+		if err := json.NewEncoder(p.Stdin).Encode(start{T0: res.T0.UnixNano()}); err != nil {
 			return nil, err
 		}
 	}
@@ -347,7 +314,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 	}
 
 	for i, p := range workers {
-		b, err := p.readRest(time.Until(end) + o.Timing.Deadline + 15*time.Second)
+		b, err := p.ReadRest(time.Until(end) + o.Timing.Deadline + 15*time.Second)
 		if k := killed.Load(); k != nil && k.Worker == i {
 			continue
 		}
@@ -356,7 +323,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 			err = json.Unmarshal(b, &wr)
 		}
 		if err != nil {
-			res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", p.name, err))
+			res.Errors = append(res.Errors, fmt.Sprintf("%s: %v", p.Name, err))
 			continue
 		}
 		res.Workers[i] = &wr
@@ -446,7 +413,7 @@ func (h *Harness) poll(ctx context.Context, runID string) (map[string][]Interval
 // killer SIGKILLs the first worker seen holding a probe on the primary
 // (any request when the strategy has no probes) that arrived at or after
 // from. It calls record with what it kills just before killing it.
-func (h *Harness) killer(ctx context.Context, from time.Time, provURL string, workers []*proc, st worker.Strategy, record func(*Kill)) {
+func (h *Harness) killer(ctx context.Context, from time.Time, provURL string, workers []*proctest.Proc, st worker.Strategy, record func(*Kill)) {
 	if err := sleepCtx(ctx, time.Until(from)); err != nil {
 		return
 	}
@@ -465,7 +432,7 @@ func (h *Harness) killer(ctx context.Context, from time.Time, provURL string, wo
 				continue
 			}
 			record(&Kill{Worker: a.Worker, Seq: a.Seq, At: time.Now()})
-			workers[a.Worker].kill()
+			workers[a.Worker].Kill()
 			h.opts.Logf("killed worker %d holding request %d (probe=%v)", a.Worker, a.Seq, a.Probe)
 			return
 		}
