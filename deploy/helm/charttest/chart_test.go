@@ -60,6 +60,8 @@ var features = map[string]string{
 	"no-prestop":           "preStopSleepSeconds: 0",
 	"long-name":            "fullnameOverride: a-very-long-release-name-that-is-exactly-at-the-sixty-three-limit",
 	"no-memory-limit":      "resources: {limits: null}",
+	"prometheusrule":       "metrics: {prometheusRule: {enabled: true, labels: {release: prom}}}",
+	"grafana-dashboard":    "metrics: {grafanaDashboard: {enabled: true, annotations: {grafana_folder: cooldownd}}}",
 	"policy-overrides":     policyOverrides,
 	// The policy file alone in the projected volume: no tokens, no Redis password.
 	"policy-overrides-only-file": policyOverrides + `
@@ -697,7 +699,15 @@ func TestFeatures(t *testing.T) {
 	t.Run("gomemlimit", func(t *testing.T) {
 		t.Parallel()
 		_, c := deployment(t, base)
-		assert.Equal(t, "resource:limits.memory", envOf(c)["GOMEMLIMIT"])
+		assert.Equal(t, "241591910", envOf(c)["GOMEMLIMIT"], "90 %% of the default 256Mi")
+		for limit, want := range map[string]string{
+			"1Gi": "966367641", "512M": "460800000", "1.5Gi": "1449551462", "268435456": "241591910", "100Ki": "92160",
+		} {
+			_, c := deployment(t, render(t, setValues(t, "resources.limits.memory="+limit)))
+			assert.Equal(t, want, envOf(c)["GOMEMLIMIT"], "limit %s", limit)
+		}
+		_, err := tryRender(t, setValues(t, "resources.limits.memory=1Pi"))
+		require.ErrorContains(t, err, `resources.limits.memory "1Pi" is not a memory quantity`)
 		_, c = deployment(t, feature(t, "no-memory-limit"))
 		assert.NotContains(t, envOf(c), "GOMEMLIMIT")
 	})
@@ -1015,6 +1025,10 @@ func TestNotes(t *testing.T) {
 			[]string{"https://demo-cooldownd.cooldownd.svc.cluster.local:8080", "https://cooldownd.example.com/"}, []string{"WARNING"}},
 		{"one replica", parseValues(t, "replicaCount: 1"),
 			[]string{replicasWarn, "PodDisruptionBudget blocks node drains"}, nil},
+		{"servicemonitor behind a strict network policy", parseValues(t, "metrics: {serviceMonitor: {enabled: true}}\nnetworkPolicy: {enabled: true, allowExternal: false}"),
+			[]string{"Prometheus cannot scrape /metrics", "networkPolicy.extraIngress: [{namespaceSelector:"}, nil},
+		{"servicemonitor with prometheus allowed", ciValues(t, "all-features-values.yaml"),
+			nil, []string{"Prometheus cannot scrape"}},
 		{"custom domain and port", parseValues(t, "clusterDomain: k8s.internal\nservice: {port: 9090}"),
 			[]string{"http://demo-cooldownd.cooldownd.svc.k8s.internal:9090"}, nil},
 	}

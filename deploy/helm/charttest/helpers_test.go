@@ -16,6 +16,7 @@ import (
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/strvals"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -65,6 +66,38 @@ type serviceMonitor struct {
 	} `json:"spec"`
 }
 
+// prometheusRule is the Prometheus Operator's PrometheusRule
+// (monitoring.coreos.com/v1) as the chart renders it; strict decoding
+// rejects unknown fields.
+type prometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert,omitempty"`
+				Record      string            `json:"record,omitempty"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels,omitempty"`
+				Annotations map[string]string `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
+// setValues parses values as `helm --set` does (strvals): numbers with a
+// fraction stay strings, whole numbers become int64.
+func setValues(t *testing.T, sets ...string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	for _, s := range sets {
+		require.NoError(t, strvals.ParseInto(s, out), "--set %s", s)
+	}
+	return out
+}
+
 // newObject returns an empty typed object for an apiVersion and kind, or nil
 // when the chart is not expected to render that kind.
 func newObject(apiVersion, kind string) any {
@@ -93,6 +126,8 @@ func newObject(apiVersion, kind string) any {
 		return &networkingv1.Ingress{}
 	case "monitoring.coreos.com/v1 ServiceMonitor":
 		return &serviceMonitor{}
+	case "monitoring.coreos.com/v1 PrometheusRule":
+		return &prometheusRule{}
 	}
 	return nil
 }

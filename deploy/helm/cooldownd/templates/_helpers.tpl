@@ -358,6 +358,22 @@ keys included, and cooldownd's policy file are each limited to 1 MiB. */}}
 {{- $msgs = append $msgs (printf "policy: policy.overrides renders to a %d-byte policies.yaml, more than its ConfigMap can hold (1 MiB, 1048576 bytes, key included); cooldownd also reads at most 1 MiB" $size) }}
 {{- end }}
 {{- end }}
+{{- range $line := include "cooldownd.allPolicyProblems" . | trim | splitList "\n" }}
+{{- if $line }}
+{{- $msgs = append $msgs (printf "policy: %s; cooldownd would refuse to start (internal/breaker Policy.Validate)" $line) }}
+{{- end }}
+{{- end }}
+{{- /* cmd/cooldownd config.validate */}}
+{{- $c := .Values.config }}
+{{- if lt (include "cooldownd.durationMs" $c.idleTTL | float64) 60000.0 }}
+{{- $msgs = append $msgs (printf "config: config.idleTTL must be at least 1m (--idle-ttl), got %v" $c.idleTTL) }}
+{{- end }}
+{{- if lt (include "cooldownd.durationMs" $c.tokensReloadInterval | float64) 100.0 }}
+{{- $msgs = append $msgs (printf "config: config.tokensReloadInterval must be at least 100ms (--tokens-reload-interval), got %v" $c.tokensReloadInterval) }}
+{{- end }}
+{{- if le (include "cooldownd.durationMs" $c.shutdownTimeout | float64) 0.0 }}
+{{- $msgs = append $msgs (printf "config: config.shutdownTimeout must be positive (--shutdown-timeout), got %v" $c.shutdownTimeout) }}
+{{- end }}
 {{- if $msgs }}
 {{- printf "\n\nVALUES VALIDATION:\n  - %s\n" (join "\n  - " $msgs) | fail }}
 {{- end }}
@@ -429,4 +445,159 @@ above and, with policy.overrides, policies.yaml from the policy ConfigMap.
       - key: policies.yaml
         path: policy/policies.yaml
 {{- end }}
+{{- end }}
+
+{{/*
+A Go duration ("1m30s", "500ms", "0"; a 0 given with --set arrives as a number) in milliseconds,
+as a float. The schema has already checked the form, so this only adds up the number-unit pairs.
+*/}}
+{{- define "cooldownd.durationMs" -}}
+{{- $s := toString . }}
+{{- $ms := 0.0 }}
+{{- $units := dict "ns" 0.000001 "us" 0.001 "µs" 0.001 "μs" 0.001 "ms" 1.0 "s" 1000.0 "m" 60000.0 "h" 3600000.0 }}
+{{- range regexFindAll "[0-9.]+[a-zµμ]+" $s -1 }}
+{{- $n := regexFind "^[0-9.]+" . | float64 }}
+{{- $ms = addf $ms (mulf $n (get $units (trimPrefix (regexFind "^[0-9.]+" .) .))) }}
+{{- end }}
+{{- $ms }}
+{{- end }}
+
+{{/*
+Every value cooldownd's breaker.Policy.Validate refuses (internal/breaker/policy.go), so the chart
+fails at lint/template time instead of rendering pods that crash-loop. Takes a dict with "p", the
+policy in the policy file's snake_case keys, and "names", the display name of each key (the value
+to change); returns one problem per line.
+*/}}
+{{- define "cooldownd.policyProblems" -}}
+{{- $p := .p }}
+{{- $n := .names }}
+{{- $maxMs := 604800000.0 }}{{/* breaker.MaxDuration, 7 days */}}
+{{- $ms := dict }}
+{{- range $k := list "window" "open_base" "open_max" "rate_limit_cooldown" "overload_floor" "quota_block" "auth_block" "lease_ttl" }}
+{{- $v := include "cooldownd.durationMs" (index $p $k) | float64 }}
+{{- $_ := set $ms $k $v }}
+{{- if gt $v $maxMs }}
+{{ index $n $k }} must be at most 168h (7 days), got {{ index $p $k }}
+{{- else if ne $v (floor $v) }}
+{{ index $n $k }} must be whole milliseconds, got {{ index $p $k }}
+{{- end }}
+{{- end }}
+{{- $cf := index $p "consecutive_failures" | float64 }}
+{{- if or (lt $cf 0.0) (gt $cf 100000.0) }}
+{{ $n.consecutive_failures }} must be in [0, 100000] (0 disables the rule), got {{ index $p "consecutive_failures" }}
+{{- end }}
+{{- $fr := index $p "failure_rate" | float64 }}
+{{- if or (lt $fr 0.0) (gt $fr 1.0) }}
+{{ $n.failure_rate }} must be in (0, 1] or 0 to disable the rule, got {{ index $p "failure_rate" }}
+{{- else if and (gt $fr 0.0) (lt (round (mulf $fr 10000) 0) 1.0) }}
+{{ $n.failure_rate }} must be at least 0.0001 (one basis point) or 0 to disable the rule, got {{ index $p "failure_rate" }}
+{{- end }}
+{{- if gt $fr 0.0 }}
+{{- $mc := index $p "min_calls" | float64 }}
+{{- if or (lt $mc 1.0) (gt $mc 100000.0) }}
+{{ $n.min_calls }} must be in [1, 100000] while {{ $n.failure_rate }} is on, got {{ index $p "min_calls" }}
+{{- end }}
+{{- if or (lt $ms.window 1.0) (gt $ms.window 600000.0) }}
+{{ $n.window }} must be in [1ms, 10m] while {{ $n.failure_rate }} is on, got {{ index $p "window" }}
+{{- end }}
+{{- end }}
+{{- if le $ms.open_base 0.0 }}
+{{ $n.open_base }} must be positive, got {{ index $p "open_base" }}
+{{- else if lt $ms.open_max $ms.open_base }}
+{{ $n.open_max }} ({{ index $p "open_max" }}) must be at least {{ $n.open_base }} ({{ index $p "open_base" }})
+{{- end }}
+{{- $j := index $p "jitter" | float64 }}
+{{- if or (lt $j 0.0) (ge $j 1.0) }}
+{{ $n.jitter }} must be in [0, 1), got {{ index $p "jitter" }}
+{{- end }}
+{{- $mp := index $p "max_probes" | float64 }}
+{{- if or (lt $mp 1.0) (gt $mp 16.0) }}
+{{ $n.max_probes }} must be in [1, 16], got {{ index $p "max_probes" }}
+{{- end }}
+{{- if lt $ms.lease_ttl 1.0 }}
+{{ $n.lease_ttl }} must be at least 1ms, got {{ index $p "lease_ttl" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The problems of the flags' policy (policy.*) and, with policy.overrides, of every policy the
+server resolves from the file (default, each tenant, each label rule), layered as cooldownd layers
+them (internal/policy): label rule over tenant over default over the flags. One per line.
+*/}}
+{{- define "cooldownd.allPolicyProblems" -}}
+{{- $v := .Values.policy }}
+{{- $flags := dict "consecutive_failures" "consecutiveFailures" "failure_rate" "failureRate" "min_calls" "minCalls" "window" "window" "open_base" "openBase" "open_max" "openMax" "jitter" "jitter" "rate_limit_cooldown" "rateLimitCooldown" "overload_floor" "overloadFloor" "quota_block" "quotaBlock" "auth_block" "authBlock" "max_probes" "maxProbes" "lease_ttl" "leaseTTL" }}
+{{- $base := dict }}
+{{- $names := dict }}
+{{- range $snake, $camel := $flags }}
+{{- $_ := set $base $snake (index $v $camel) }}
+{{- $_ = set $names $snake (printf "policy.%s" $camel) }}
+{{- end }}
+{{- $seen := dict }}
+{{- range $line := include "cooldownd.policyProblems" (dict "p" $base "names" $names) | trim | splitList "\n" }}
+{{- if $line }}
+{{- $_ := set $seen $line true }}
+{{ $line }}
+{{- end }}
+{{- end }}
+{{- $o := $v.overrides | default dict }}
+{{- if $o }}
+{{- $sections := list }}
+{{- $layer := dict "where" "policy.overrides.default" "over" (dict "p" $base "names" $names) "set" ($o.default | default dict) }}
+{{- $def := include "cooldownd.policyLayer" $layer | fromYaml }}
+{{- $sections = append $sections $def }}
+{{- range $tenant := keys ($o.tenants | default dict) | sortAlpha }}
+{{- $sec := index $o.tenants $tenant | default dict }}
+{{- $tp := include "cooldownd.policyLayer" (dict "where" (printf "policy.overrides.tenants.%s" $tenant) "over" $def "set" (omit $sec "labels")) | fromYaml }}
+{{- $sections = append $sections $tp }}
+{{- range $i, $rule := ($sec.labels | default list) }}
+{{- $sections = append $sections (include "cooldownd.policyLayer" (dict "where" (printf "policy.overrides.tenants.%s.labels[%d]" $tenant $i) "over" $tp "set" (omit $rule "match" "max_probes")) | fromYaml) }}
+{{- end }}
+{{- end }}
+{{- range $sections }}
+{{- $where := .where }}
+{{- range $line := include "cooldownd.policyProblems" . | trim | splitList "\n" }}
+{{- if and $line (not (hasKey $seen $line)) }}
+{{- $_ := set $seen $line true }}
+{{ $line }} (in the policy the server resolves for {{ $where }})
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+One layer of the policy file over the layer below: {"where", "over": {p, names}, "set": knobs}.
+Returns {p, names, where} as YAML; names say where each value comes from.
+*/}}
+{{- define "cooldownd.policyLayer" -}}
+{{- $p := deepCopy .over.p }}
+{{- $names := deepCopy .over.names }}
+{{- range $k, $v := .set }}
+{{- $_ := set $p $k $v }}
+{{- $_ = set $names $k (printf "%s.%s" $.where $k) }}
+{{- end }}
+{{- toYaml (dict "p" $p "names" $names "where" .where) }}
+{{- end }}
+
+{{/*
+A Kubernetes memory quantity ("256Mi", "1G", "536870912", "1.5Gi") in bytes, as a float.
+*/}}
+{{- define "cooldownd.memoryBytes" -}}
+{{- $s := toString . }}
+{{- $num := regexFind "^[0-9.]+" $s | float64 }}
+{{- $suffix := trimPrefix (regexFind "^[0-9.]+" $s) $s }}
+{{- $f := get (dict "" 1.0 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0) $suffix }}
+{{- if not $f }}
+{{- fail (printf "\n\nVALUES VALIDATION:\n  - resources: resources.limits.memory %q is not a memory quantity the chart can read (use a number of bytes or a k, M, G, T, Ki, Mi, Gi or Ti suffix)\n" $s) }}
+{{- end }}
+{{- mulf $num $f }}
+{{- end }}
+
+{{/*
+GOMEMLIMIT: 90 % of the container's memory limit, in whole bytes, so the Go runtime collects harder
+before the kernel's OOM killer is reached (the remaining 10 % covers non-heap memory).
+*/}}
+{{- define "cooldownd.gomemlimit" -}}
+{{- include "cooldownd.memoryBytes" . | float64 | mulf 0.9 | floor | int64 }}
 {{- end }}
