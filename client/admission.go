@@ -2,79 +2,83 @@ package client
 
 import (
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
 // MaxCandidates is the most candidates one [Client.Admit] may name.
 const MaxCandidates = 16
 
-// Decision is Admit's answer. The numbers match the wire enum.
+// Decision is Admit's answer. The numbers match the wire enum; values and
+// names are the breaker's (internal/breaker), the one definition the
+// server, its metrics and the in-process fallback share.
 type Decision int
 
 // Decisions.
 const (
 	// DecisionAllow lets the call go.
-	DecisionAllow Decision = 1
+	DecisionAllow = Decision(breaker.Allow)
 	// DecisionAllowProbe lets the call go as the recovery probe of a
 	// half-open connection; report it with the lease token.
-	DecisionAllowProbe Decision = 2
+	DecisionAllowProbe = Decision(breaker.AllowProbe)
 	// DecisionDeny says the call must not go now.
-	DecisionDeny Decision = 3
+	DecisionDeny = Decision(breaker.Deny)
 )
 
-var decisionNames = [...]string{"", "allow", "allow_probe", "deny"}
-
 // String returns "allow", "allow_probe" or "deny".
-func (d Decision) String() string {
-	if d > 0 && int(d) < len(decisionNames) {
-		return decisionNames[d]
-	}
-	return "decision(" + strconv.Itoa(int(d)) + ")"
-}
+func (d Decision) String() string { return breakerName[breaker.Decision](int(d), "decision") }
 
 // DenyReason says why a call was denied. The numbers up to
-// [ReasonOverloaded] match the wire enum.
+// [ReasonOverloaded] match the wire enum; values and names are the
+// breaker's, as for [Decision].
 type DenyReason int
 
 // Deny reasons.
 const (
 	// ReasonNone: not denied.
-	ReasonNone DenyReason = 0
+	ReasonNone = DenyReason(breaker.ReasonNone)
 	// ReasonCooldown: the provider rate-limited the connection; a shared
 	// cooldown runs.
-	ReasonCooldown DenyReason = 1
+	ReasonCooldown = DenyReason(breaker.ReasonCooldown)
 	// ReasonOpen: the breaker is open after repeated failures.
-	ReasonOpen DenyReason = 2
+	ReasonOpen = DenyReason(breaker.ReasonOpen)
 	// ReasonProbeInFlight: the connection is recovering and its probes are
 	// in flight.
-	ReasonProbeInFlight DenyReason = 3
+	ReasonProbeInFlight = DenyReason(breaker.ReasonProbeInFlight)
 	// ReasonQuota: the credential's quota or billing is exhausted.
-	ReasonQuota DenyReason = 4
+	ReasonQuota = DenyReason(breaker.ReasonQuota)
 	// ReasonAuth: the provider rejected the credential.
-	ReasonAuth DenyReason = 5
+	ReasonAuth = DenyReason(breaker.ReasonAuth)
 	// ReasonForcedOpen: an operator forced the connection open.
-	ReasonForcedOpen DenyReason = 6
+	ReasonForcedOpen = DenyReason(breaker.ReasonForcedOpen)
 	// ReasonOverloaded: the provider is overloaded; a cooldown runs.
-	ReasonOverloaded DenyReason = 7
+	ReasonOverloaded = DenyReason(breaker.ReasonOverloaded)
 	// ReasonUnavailable is client-side only: cooldownd is unreachable and
 	// the client fails closed (see [FailClosed]).
 	ReasonUnavailable DenyReason = 100
 )
 
-var reasonNames = [...]string{
-	"none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded",
-}
-
 // String returns the reason's snake_case name.
 func (r DenyReason) String() string {
-	switch {
-	case r >= 0 && int(r) < len(reasonNames):
-		return reasonNames[r]
-	case r == ReasonUnavailable:
+	if r == ReasonUnavailable {
 		return "unavailable"
 	}
-	return "reason(" + strconv.Itoa(int(r)) + ")"
+	return breakerName[breaker.DenyReason](int(r), "reason")
+}
+
+// breakerName returns the breaker's name of v, or kind(N) for a value the
+// breaker's enum B cannot hold.
+func breakerName[B interface {
+	~uint8
+	String() string
+}](v int, kind string) string {
+	if v < 0 || v > math.MaxUint8 {
+		return kind + "(" + strconv.Itoa(v) + ")"
+	}
+	return B(v).String()
 }
 
 // Admission is the answer of [Client.Admit].

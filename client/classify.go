@@ -8,40 +8,32 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
 // Outcome is what one provider call amounted to. It mirrors the outcome
-// enum of the server's Report call.
+// enum of the server's Report call; values and names are the breaker's
+// (internal/breaker), as for [Decision].
 type Outcome int
 
 // The outcomes of a provider call; see the Decisions table of the design.
 const (
-	OutcomeUnspecified      Outcome = iota // no verdict (no response and no error)
-	OutcomeSuccess                         // 2xx
-	OutcomeTransientFailure                // 408, 409, 5xx but 501/505, dropped connections, timeouts
-	OutcomeRateLimited                     // 429
-	OutcomeOverloaded                      // 529, overloaded_error, 503 overloaded
-	OutcomeQuotaExhausted                  // 402; 400/403/429 with insufficient_quota or a billing code
-	OutcomeAuthFailure                     // 401, 403
-	OutcomeClientError                     // other 4xx, 501, 505, TLS certificate, DNS not found
-	OutcomeCanceled                        // the caller canceled or its deadline passed
+	OutcomeUnspecified      = Outcome(0)                               // no verdict (no response and no error)
+	OutcomeSuccess          = Outcome(breaker.OutcomeSuccess)          // 2xx
+	OutcomeTransientFailure = Outcome(breaker.OutcomeTransientFailure) // 408, 409, 5xx but 501/505, dropped connections, timeouts
+	OutcomeRateLimited      = Outcome(breaker.OutcomeRateLimited)      // 429
+	OutcomeOverloaded       = Outcome(breaker.OutcomeOverloaded)       // 529, overloaded_error, 503 overloaded
+	OutcomeQuotaExhausted   = Outcome(breaker.OutcomeQuotaExhausted)   // 402; 400/403/429 with insufficient_quota or a billing code
+	OutcomeAuthFailure      = Outcome(breaker.OutcomeAuthFailure)      // 401, 403
+	OutcomeClientError      = Outcome(breaker.OutcomeClientError)      // other 4xx, 501, 505, TLS certificate, DNS not found
+	OutcomeCanceled         = Outcome(breaker.OutcomeCanceled)         // the caller canceled or its deadline passed
 )
 
-var outcomeNames = [...]string{
-	"unspecified", "success", "transient_failure", "rate_limited", "overloaded",
-	"quota_exhausted", "auth_failure", "client_error", "canceled",
-}
-
 // String returns the snake_case name of o, or "outcome(N)" for an unknown value.
-func (o Outcome) String() string {
-	if o >= 0 && int(o) < len(outcomeNames) {
-		return outcomeNames[o]
-	}
-	return "outcome(" + strconv.Itoa(int(o)) + ")"
-}
+func (o Outcome) String() string { return breakerName[breaker.Outcome](int(o), "outcome") }
 
 // Classification is the verdict on one provider call.
 type Classification struct {

@@ -406,3 +406,29 @@ func TestStepKindString(t *testing.T) {
 		assert.Equal(t, want, k.String())
 	}
 }
+
+func TestClientEnumsBeyondTheBreakers(t *testing.T) {
+	t.Parallel()
+	// The client's enums are ints, the breaker's bytes: a value the byte
+	// cannot hold is unknown, not wrapped onto a defined one.
+	tests := []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"outcome 257", Outcome(257).String(), "outcome(257)"},
+		{"outcome 1", Outcome(1).String(), "success"},
+		{"decision 259", Decision(259).String(), "decision(259)"},
+		{"decision -1", Decision(-1).String(), "decision(-1)"},
+		{"decision 0", Decision(0).String(), "decision(0)"},
+		{"reason 258", DenyReason(258).String(), "reason(258)"},
+		{"reason 100", ReasonUnavailable.String(), "unavailable"},
+		{"reason 8", DenyReason(8).String(), "reason(8)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			assert.Equal(t, tt.want, tt.got)
+		})
+	}
+}

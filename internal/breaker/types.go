@@ -12,18 +12,10 @@ const (
 	HalfOpen Phase = 3
 )
 
+var phaseNames = [...]string{"", "closed", "open", "half_open"}
+
 // String returns "closed", "open" or "half_open".
-func (p Phase) String() string {
-	switch p {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half_open"
-	}
-	return "phase(" + strconv.Itoa(int(p)) + ")"
-}
+func (p Phase) String() string { return name(phaseNames[:], p, "phase") }
 
 // Cause is why a connection is open, or what caused its last transition.
 // The numbers match the wire enum.
@@ -47,12 +39,7 @@ const (
 var causeNames = [...]string{"none", "breaker", "rate_limit", "overload", "quota", "auth", "forced", "reset", "probe_success", "open_expired", "force_expired"}
 
 // String returns the cause's snake_case name.
-func (c Cause) String() string {
-	if int(c) < len(causeNames) {
-		return causeNames[c]
-	}
-	return "cause(" + strconv.Itoa(int(c)) + ")"
-}
+func (c Cause) String() string { return name(causeNames[:], c, "cause") }
 
 // Outcome is what one provider call amounted to. The numbers match the wire
 // enum.
@@ -70,6 +57,15 @@ const (
 	OutcomeCanceled         Outcome = 8
 )
 
+var outcomeNames = [...]string{
+	"unspecified", "success", "transient_failure", "rate_limited", "overloaded",
+	"quota_exhausted", "auth_failure", "client_error", "canceled",
+}
+
+// String returns the outcome's snake_case name; the zero value, which no
+// report may carry, is "unspecified" as on the wire.
+func (o Outcome) String() string { return name(outcomeNames[:], o, "outcome") }
+
 // Valid reports whether o is one of the defined outcomes.
 func (o Outcome) Valid() bool { return o >= OutcomeSuccess && o <= OutcomeCanceled }
 
@@ -83,18 +79,10 @@ const (
 	Deny       Decision = 3
 )
 
+var decisionNames = [...]string{"", "allow", "allow_probe", "deny"}
+
 // String returns "allow", "allow_probe" or "deny".
-func (d Decision) String() string {
-	switch d {
-	case Allow:
-		return "allow"
-	case AllowProbe:
-		return "allow_probe"
-	case Deny:
-		return "deny"
-	}
-	return "decision(" + strconv.Itoa(int(d)) + ")"
-}
+func (d Decision) String() string { return name(decisionNames[:], d, "decision") }
 
 // DenyReason says why a call was denied. The numbers match the wire enum.
 type DenyReason uint8
@@ -113,13 +101,8 @@ const (
 
 var reasonNames = [...]string{"none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded"}
 
-// String returns the reason's snake_case name.
-func (r DenyReason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
-	}
-	return "reason(" + strconv.Itoa(int(r)) + ")"
-}
+// String returns the reason's snake_case name ("none" when not denied).
+func (r DenyReason) String() string { return name(reasonNames[:], r, "reason") }
 
 // ReasonFor maps the cause of an open state to the reason Admit gives.
 func ReasonFor(c Cause) DenyReason {
@@ -147,3 +130,18 @@ const (
 	ForcedOpen   Override = 1
 	ForcedClosed Override = 2
 )
+
+var overrideNames = [...]string{"none", "forced_open", "forced_closed"}
+
+// String returns "none", "forced_open" or "forced_closed".
+func (o Override) String() string { return name(overrideNames[:], o, "override") }
+
+// name returns the name of v in names, or kind(N) for a value without one.
+// Each enum's names table is its one definition: the client, the metrics
+// labels and the logs all read it through String.
+func name[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return kind + "(" + strconv.Itoa(int(v)) + ")"
+}
