@@ -3,8 +3,9 @@
 # cooldownd container image: a static Go binary on distroless (no shell, no package manager),
 # running as the non-root user 65532. Build it from the repository root:
 #
-#   docker build -t ghcr.io/cooldownd/cooldownd:0.1.0 .
-#   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/cooldownd/cooldownd:0.1.0 .
+#   docker build --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/cooldownd/cooldownd:0.1.0 .
+#   docker buildx build --platform linux/amd64,linux/arm64 --build-arg VERSION=v0.1.0 \
+#     --build-arg REVISION=$(git rev-parse HEAD) -t ghcr.io/cooldownd/cooldownd:0.1.0 .
 #
 # The default command listens on every interface, which cooldownd refuses to do without
 # authentication: give --tokens-file (or, for a local trial only, --insecure-no-auth), e.g.
@@ -21,11 +22,22 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS TARGETARCH
+# The build's identity, for `cooldownd --version`, the start line and cooldownd_build_info.
+# A release build passes both; the build fails without VERSION rather than ship "devel":
+#   docker build --build-arg VERSION=v0.1.0 --build-arg REVISION=$(git rev-parse HEAD) .
+ARG VERSION
+ARG REVISION=unknown
+RUN test -n "$VERSION" || { echo "build with --build-arg VERSION=v1.2.3 (and REVISION=\$(git rev-parse HEAD))" >&2; exit 1; }
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/cooldownd ./cmd/cooldownd
+    go build -trimpath -buildvcs=false \
+      -ldflags="-s -w -X github.com/cooldownd/cooldownd/cmd/internal/buildinfo.version=${VERSION} -X github.com/cooldownd/cooldownd/cmd/internal/buildinfo.revision=${REVISION}" \
+      -o /out/cooldownd ./cmd/cooldownd
 
 FROM gcr.io/distroless/static-debian12:nonroot
+ARG VERSION
+ARG REVISION=unknown
+LABEL org.opencontainers.image.version=$VERSION org.opencontainers.image.revision=$REVISION
 COPY --from=build /out/cooldownd /cooldownd
 USER 65532:65532
 EXPOSE 8080

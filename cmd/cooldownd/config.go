@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 
@@ -14,28 +15,32 @@ import (
 
 // config is everything cooldownd is started with.
 type config struct {
-	addr            string
-	redis           redisConfig
-	tokensFile      string
-	tokensReload    time.Duration
-	insecureNoAuth  bool
-	tlsCertFile     string
-	tlsKeyFile      string
-	maxConnsTenant  int
-	policyFile      string
-	logLevel        string
-	logFormat       string
-	idleTTL         time.Duration
-	shutdownTimeout time.Duration
-	history         int
-	policy          breaker.Policy
-	redisTimeout    time.Duration
-	readTimeout     time.Duration
-	requestTimeout  time.Duration
-	readyTimeout    time.Duration
-	streamTimeout   time.Duration
-	waitReplicas    int
-	waitTimeout     time.Duration
+	addr             string
+	redis            redisConfig
+	tokensFile       string
+	tokensReload     time.Duration
+	insecureNoAuth   bool
+	tlsCertFile      string
+	tlsKeyFile       string
+	maxConnsTenant   int
+	policyFile       string
+	logLevel         string
+	logFormat        string
+	idleTTL          time.Duration
+	shutdownTimeout  time.Duration
+	history          int
+	policy           breaker.Policy
+	redisTimeout     time.Duration
+	readTimeout      time.Duration
+	requestTimeout   time.Duration
+	readyTimeout     time.Duration
+	streamTimeout    time.Duration
+	waitReplicas     int
+	waitTimeout      time.Duration
+	metricsAddr      string
+	metricsTokenFile string
+	corsOrigins      string
+	version          bool
 	// unknownEnv are COOLDOWND_* variables that set nothing (typos, or
 	// settings of another version); run reports them.
 	unknownEnv []string
@@ -81,6 +86,10 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.readyTimeout, "readiness-timeout", time.Second, "/healthz and grpc health answer within this; keep it under the probes' timeoutSeconds")
 	fs.IntVar(&c.waitReplicas, "wait-replicas", 0, "answer a report that opens a connection only once this many replicas have it (WAIT); 0: asynchronous replication (see docs/reliability.md)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", store.DefaultReplicaTimeout, "with --wait-replicas: how long such a report waits before it fails unavailable")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own instead of --addr (for example :9090, reachable by Prometheus only)")
+	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the bearer token /metrics requires (it lists tenant names); empty: /metrics is open")
+	fs.StringVar(&c.corsOrigins, "cors-origins", "", "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com, or * for any); empty: no CORS")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	p := &c.policy
 	fs.IntVar(&p.ConsecutiveFailures, "consecutive-failures", p.ConsecutiveFailures, "trip after this many consecutive transient failures (0 disables)")
 	fs.Float64Var(&p.FailureRate, "failure-rate", p.FailureRate, "trip when the failure rate over --window reaches this, in (0,1] (0 disables)")
@@ -98,11 +107,18 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: cooldownd [flags]\n\ncooldownd coordinates retries, cooldowns and recovery probes of LLM provider calls across processes.\nEvery flag can also be set by the environment variable shown; flags win.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == "version" {
+				fmt.Fprintf(stderr, "  --%s\n    \t%s\n", f.Name, f.Usage)
+				return
+			}
 			fmt.Fprintf(stderr, "  --%s (env %s, default %q)\n    \t%s\n", f.Name, envName(f.Name), f.DefValue, f.Usage)
 		})
 	}
 	var envErrs []error
 	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == "version" {
+			return // an action, not a setting
+		}
 		if v := env.get(envName(f.Name)); v != "" {
 			if err := f.Value.Set(v); err != nil {
 				envErrs = append(envErrs, fmt.Errorf("invalid %s=%q: expected %s", envName(f.Name), v, expectedFormat(f)))
@@ -118,6 +134,9 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if c.version {
+		return c, nil
 	}
 	return c, c.validate()
 }
@@ -185,6 +204,14 @@ func (c config) validate() error {
 	if c.waitReplicas > 0 && c.redis.embedded() {
 		errs = append(errs, errors.New("--wait-replicas needs a real Redis with replicas (--redis-url or --redis-mode)"))
 	}
+	if c.metricsAddr != "" && c.metricsAddr == c.addr && !strings.HasSuffix(c.addr, ":0") {
+		errs = append(errs, errors.New("--metrics-addr must differ from --addr (leave it empty to serve /metrics on --addr)"))
+	}
+	for _, o := range splitList(c.corsOrigins) {
+		if err := checkCORSOrigin(o); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if c.shutdownTimeout <= 0 {
 		errs = append(errs, errors.New("--shutdown-timeout must be positive"))
 	}
@@ -198,4 +225,17 @@ func (c config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkCORSOrigin accepts "*" or scheme://host[:port], as browsers send
+// the Origin header.
+func checkCORSOrigin(o string) error {
+	if o == "*" {
+		return nil
+	}
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Path != "" || u.RawQuery != "" || u.User != nil {
+		return fmt.Errorf("--cors-origins: %q must be * or scheme://host[:port] with no path, such as https://app.example.com", o)
+	}
+	return nil
 }

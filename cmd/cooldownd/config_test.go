@@ -232,7 +232,7 @@ func TestRunReportsUnknownEnvironment(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--addr", "127.0.0.1:0"}, environ{"COOLDOWND_OPEN_BAS=1s"}, logs, ready)
+		done <- run(ctx, []string{"--addr", "127.0.0.1:0"}, environ{"COOLDOWND_OPEN_BAS=1s"}, io.Discard, logs, ready)
 	}()
 	select {
 	case <-ready:

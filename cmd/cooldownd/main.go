@@ -13,14 +13,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cooldownd/cooldownd/cmd/internal/buildinfo"
 	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/policy"
 	"github.com/cooldownd/cooldownd/internal/server"
@@ -28,7 +31,7 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Environ(), os.Stderr, nil); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Environ(), os.Stdout, os.Stderr, nil); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
@@ -38,13 +41,23 @@ func main() {
 }
 
 // run starts cooldownd and blocks until SIGTERM/SIGINT or ctx ends. When
-// ready is not nil it receives the bound address once serving.
-func run(ctx context.Context, args []string, env environ, stderr io.Writer, ready chan<- string) error {
+// ready is not nil it receives the bound address once serving. Logs go to
+// stderr; stdout only carries --version.
+func run(ctx context.Context, args []string, env environ, stdout, stderr io.Writer, ready chan<- string) error {
 	cfg, err := parseConfig(args, env, stderr)
 	if err != nil {
 		return err
 	}
+	build := buildinfo.Get()
+	if cfg.version {
+		fmt.Fprintf(stdout, "cooldownd %s\n", build)
+		return nil
+	}
 	log := newLogger(cfg, stderr)
+	// go-redis's own lines (pool dial failures, topology changes) become
+	// structured records of this logger. The logger is process-wide in
+	// go-redis: the last run in a process wins.
+	redis.SetLogger(newRedisLogger(log, time.Now))
 	for _, name := range cfg.unknownEnv {
 		log.Warn("unknown environment variable ignored: it sets no flag (see cooldownd --help)", "name", name)
 	}
@@ -70,13 +83,18 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 		sopts.PolicyFor = policies.For
 		log.Info("policy overrides loaded", "path", cfg.policyFile)
 	}
+	metricsToken, err := readMetricsToken(cfg.metricsTokenFile)
+	if err != nil {
+		return err
+	}
 	st, err := store.New(rdb, sopts)
 	if err != nil {
 		return err
 	}
 	go func() { _ = st.Run(ctx) }() // timed transitions are applied and published on time (one replica sweeps)
 	opts := server.Options{Store: st, Logger: log, BodyTimeout: cfg.readTimeout, RequestTimeout: cfg.requestTimeout, ReadinessTimeout: cfg.readyTimeout,
-		StreamWriteTimeout: cfg.streamTimeout}
+		StreamWriteTimeout: cfg.streamTimeout, PolicyFor: sopts.PolicyFor, MetricsToken: metricsToken, MetricsOff: cfg.metricsAddr != "",
+		CORSOrigins: splitList(cfg.corsOrigins), Version: build.Version, Revision: build.Revision}
 	if authn != nil {
 		opts.Auth = authn
 	}
@@ -85,6 +103,9 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 		return err
 	}
 	rdb.AddHook(latencyHook{observe: srv.ObserveRedis})
+	// Outside the timeout, so a round trip cut off by --redis-timeout is
+	// seen as one; "slow" is half of it.
+	rdb.AddHook(healthHook{newRedisHealth(log, time.Now, cfg.redisTimeout/2)})
 	rdb.AddHook(timeoutHook{d: cfg.redisTimeout})
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -99,7 +120,7 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 		ReadHeaderTimeout: cfg.readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:          httpErrorLog(log),
 	}
 	if cfg.tlsCertFile != "" {
 		certs, err := newCertReloader(cfg.tlsCertFile, cfg.tlsKeyFile, log)
@@ -111,9 +132,24 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 		protocols.SetHTTP2(true)
 		ln = tls.NewListener(ln, hs.TLSConfig)
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("cooldownd serving", "addr", ln.Addr().String(), "tls", cfg.tlsCertFile != "", "auth", authn != nil, "policy", fmt.Sprintf("%+v", cfg.policy))
+	var ms *http.Server
+	metricsAt := "on --addr"
+	if cfg.metricsAddr != "" {
+		mln, err := net.Listen("tcp", cfg.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on --metrics-addr %s: %w", cfg.metricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.MetricsHandler())
+		ms = &http.Server{Handler: mux, ReadHeaderTimeout: cfg.readTimeout, IdleTimeout: 2 * time.Minute, ErrorLog: httpErrorLog(log)}
+		go func() { errc <- ms.Serve(mln) }()
+		metricsAt = mln.Addr().String()
+	}
+	log.Info("cooldownd serving", "version", build.Version, "revision", build.Revision, "addr", ln.Addr().String(),
+		"tls", cfg.tlsCertFile != "", "auth", authn != nil, "metrics", metricsAt, "metrics_token", metricsToken != "",
+		"policy_file", cfg.policyFile, policyAttrs(cfg.policy))
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}
@@ -126,21 +162,14 @@ func run(ctx context.Context, args []string, env environ, stderr io.Writer, read
 	srv.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 	defer cancel()
+	if ms != nil {
+		_ = ms.Close() // scrapes are idempotent: no draining
+	}
 	if err := hs.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
 	return nil
-}
-
-func newLogger(cfg config, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.logLevel))
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // loadPolicies reads --policy-file over the flags' policy.
@@ -154,4 +183,20 @@ func loadPolicies(path string, base breaker.Policy) (*policy.Resolver, error) {
 		return nil, fmt.Errorf("--policy-file %s: %w", path, err)
 	}
 	return r, nil
+}
+
+// readMetricsToken reads --metrics-token-file (empty path: no token).
+func readMetricsToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read --metrics-token-file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("--metrics-token-file %s must hold one token of at least 16 characters", path)
+	}
+	return tok, nil
 }

@@ -45,7 +45,7 @@ func start(t *testing.T, args ...string) *instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan string, 1)
-	go func() { in.done <- run(ctx, args, envOf(nil), in.logs, ready) }()
+	go func() { in.done <- run(ctx, args, envOf(nil), io.Discard, in.logs, ready) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -227,7 +227,7 @@ func TestRunRedisErrors(t *testing.T) {
 			t.Parallel()
 			logs := &syncBuffer{}
 			began := time.Now()
-			err := run(t.Context(), []string{"--addr", "127.0.0.1:0", "--redis-url", tt.url}, envOf(nil), logs, nil)
+			err := run(t.Context(), []string{"--addr", "127.0.0.1:0", "--redis-url", tt.url}, envOf(nil), io.Discard, logs, nil)
 			require.Error(t, err)
 			assert.Less(t, time.Since(began), 7*time.Second, "fails within the ping timeout")
 			assert.Contains(t, err.Error(), tt.want)
@@ -239,10 +239,10 @@ func TestRunRedisErrors(t *testing.T) {
 
 func TestRunConfigErrors(t *testing.T) {
 	t.Parallel()
-	err := run(t.Context(), []string{"--help"}, envOf(nil), io.Discard, nil)
+	err := run(t.Context(), []string{"--help"}, envOf(nil), io.Discard, io.Discard, nil)
 	require.ErrorIs(t, err, flag.ErrHelp)
 
-	err = run(t.Context(), []string{"--max-probes", "0"}, envOf(nil), io.Discard, nil)
+	err = run(t.Context(), []string{"--max-probes", "0"}, envOf(nil), io.Discard, io.Discard, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--max-probes")
 
@@ -250,7 +250,7 @@ func TestRunConfigErrors(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ln.Close() })
-	err = run(t.Context(), []string{"--addr", ln.Addr().String()}, envOf(nil), io.Discard, nil)
+	err = run(t.Context(), []string{"--addr", ln.Addr().String()}, envOf(nil), io.Discard, io.Discard, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), ln.Addr().String())
 }
@@ -259,7 +259,7 @@ func TestRunConfigErrors(t *testing.T) {
 // or an explicit --insecure-no-auth.
 func TestRunRefusesOpenPortWithoutAuth(t *testing.T) {
 	t.Parallel()
-	err := run(t.Context(), []string{"--addr", "0.0.0.0:0"}, envOf(nil), io.Discard, nil)
+	err := run(t.Context(), []string{"--addr", "0.0.0.0:0"}, envOf(nil), io.Discard, io.Discard, nil)
 	require.ErrorIs(t, err, errNeedAuth)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,7 +45,7 @@ func TestPolicyFileErrors(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "policies.yaml")
 	require.NoError(t, os.WriteFile(path, []byte("tenants:\n  default:\n    labels:\n      - match: '*'\n        max_probes: 3\n"), 0o600))
-	err := run(t.Context(), []string{"--addr", "127.0.0.1:0", "--policy-file", path}, envOf(nil), new(syncBuffer), nil)
+	err := run(t.Context(), []string{"--addr", "127.0.0.1:0", "--policy-file", path}, envOf(nil), io.Discard, new(syncBuffer), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "max_probes can be set per tenant, not per label")
 }

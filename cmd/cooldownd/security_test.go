@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -116,7 +117,7 @@ func TestServeTLS(t *testing.T) {
 // is a configuration error.
 func TestRefusesContradictoryAuthFlags(t *testing.T) {
 	t.Parallel()
-	err := run(t.Context(), []string{"--tokens-file", "x", "--insecure-no-auth"}, envOf(nil), new(syncBuffer), nil)
+	err := run(t.Context(), []string{"--tokens-file", "x", "--insecure-no-auth"}, envOf(nil), io.Discard, new(syncBuffer), nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--insecure-no-auth contradicts --tokens-file")
 }
