@@ -251,7 +251,7 @@ func TestClientGOAWAYIsNotAWarning(t *testing.T) {
 		return append([]byte{byte(n >> 16), byte(n >> 8), byte(n), typ, 0, 0, 0, 0, 0}, payload...)
 	}
 	msg := []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-	msg = append(msg, frame(0x4, nil)...)                           // SETTINGS
+	msg = append(msg, frame(0x4, nil)...)                            // SETTINGS
 	msg = append(msg, frame(0x7, []byte{0, 0, 0, 0, 0, 0, 0, 2})...) // GOAWAY, INTERNAL_ERROR
 	_, err = c.Write(msg)
 	require.NoError(t, err)
