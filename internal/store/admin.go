@@ -137,7 +137,7 @@ func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, 
 	var snap Snapshot
 	var wake int64
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
-		r := newReply(scriptForce.Run(ctx, s.rdb, connKeys(l), s.args(p, l, code, d, actor, reason,
+		r := newReply(scriptForce.run(ctx, s.rdb, connKeys(l), s.args(p, l, code, d, actor, reason,
 			registeredAt, registerGrace.Milliseconds())...).Result())
 		// FORCE_REPLY in force.lua.
 		status := r.int()

@@ -39,7 +39,7 @@ type Durability struct {
 // and a report that may open the connection, one connection to the
 // connection's master held for the report (release returns it), so that
 // WAIT follows the script on the same connection.
-func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Report) (sc redis.Scripter, release func()) {
+func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Report) (sc processor, release func()) {
 	if s.durable.Replicas <= 0 || !mayOpen(rep) {
 		return s.rdb, func() {}
 	}
@@ -65,7 +65,7 @@ func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Repo
 
 // awaitReplicas waits, with Durability on and when events open the
 // connection, until the replicas acknowledged what sc wrote.
-func (s *Store) awaitReplicas(ctx context.Context, sc redis.Scripter, events []breaker.Event) error {
+func (s *Store) awaitReplicas(ctx context.Context, sc processor, events []breaker.Event) error {
 	if s.durable.Replicas <= 0 || !opens(events) {
 		return nil
 	}

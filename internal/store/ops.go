@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/keys"
@@ -39,57 +42,175 @@ type Decision struct {
 // connection that could not be created because the tenant is at its cap
 // it returns [ErrTooManyConnections], as Report would.
 func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
-	p := s.connPolicy(c)
-	l := c.layout()
-	// ADMIT_REPLY in admit.lua.
-	r := newReply(scriptAdmit.Run(ctx, s.rdb, connKeys(l), s.args(p, l, s.nonce())...).Result())
-	d := Decision{Verdict: breaker.Verdict{
-		Decision: breaker.Decision(r.int()), Reason: breaker.DenyReason(r.int()), RetryAfter: r.int(),
-		Revision: uint64(r.int()), Phase: breaker.Phase(r.int()),
-	}}
-	d.LeaseToken = r.str()
-	lexp := r.int()
-	d.Now = time.UnixMilli(r.int())
-	d.LeaseExpired = r.int() == 1
-	exists := r.int() == 1
-	wake := r.int()
-	d.Events = r.events()
-	if r.err != nil {
-		return Decision{}, unavailable("admit", r.err)
+	_, ds, err := s.AdmitFirst(ctx, []Conn{c})
+	if err != nil {
+		return Decision{}, err
 	}
-	if d.Decision == breaker.AllowProbe {
-		d.LeaseExpires = time.UnixMilli(lexp)
-	}
-	s.scheduled(ctx, c.Tenant, l, len(d.Events), wake)
-	if !exists && s.maxConns > 0 {
-		if err := s.mayExist(ctx, c); err != nil {
-			return Decision{}, err
-		}
-	}
-	return d, nil
+	return ds[0], nil
 }
 
-// AdmitFirst admits the first candidate that may go, in order. It returns
-// the chosen index (or, when all are denied, the one available soonest)
-// and the decisions of the candidates it examined. One candidate costs one
-// round trip; it stops at the first admitted one.
+// AdmitFirst admits the first candidate that may go, in order: the first
+// admitted wins, and no candidate after it is granted anything (no probe
+// lease past it). It returns the chosen index (or, when all are denied,
+// the one available soonest) and the decisions of the candidates up to
+// the chosen one. On single and Sentinel Redis, and on a Cluster when all
+// candidates share a hash slot, that is one script: one round trip. On a
+// Cluster otherwise it is one pipelined round (the first candidate
+// admitted, each later one peeked at, see admit.lua), and one more round
+// only when a candidate after the first needs a write to be decided (a
+// probe to grant, a timed transition to apply): the round then starts at
+// that candidate.
 func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, error) {
-	out := make([]Decision, 0, len(cands))
+	if len(cands) == 0 {
+		return 0, nil, nil
+	}
+	var out []admitted
+	var err error
+	if s.oneScript(cands) {
+		out, err = s.admitScript(ctx, s.rdb, cands, false).decode()
+	} else {
+		out, err = s.admitRounds(ctx, cands)
+	}
+	if err != nil {
+		return 0, nil, unavailable("admit", err)
+	}
+	ds := make([]Decision, len(out))
 	best := 0
-	for i, c := range cands {
-		d, err := s.Admit(ctx, c)
-		if err != nil {
-			return 0, out, err
+	for i, a := range out {
+		ds[i] = a.Decision
+		s.scheduled(ctx, cands[i].Tenant, cands[i].layout(), len(a.Events), a.wake)
+		// Only the last candidate may not exist: one with no state is
+		// closed, so it is admitted.
+		if !a.exists && s.maxConns > 0 {
+			if err := s.mayExist(ctx, cands[i]); err != nil {
+				return 0, nil, err
+			}
 		}
-		out = append(out, d)
-		if d.Decision != breaker.Deny {
-			return i, out, nil
+		if a.Decision.Decision != breaker.Deny {
+			return i, ds, nil
 		}
-		if d.RetryAfter < out[best].RetryAfter {
+		if a.RetryAfter < ds[best].RetryAfter {
 			best = i
 		}
 	}
-	return best, out, nil
+	return best, ds, nil
+}
+
+// admitted is one candidate's part of admit.lua's reply.
+type admitted struct {
+	Decision
+	exists bool
+	wake   int64
+}
+
+// oneScript reports whether one script can admit all of cands: always
+// but on a Cluster, where only keys of one hash slot can.
+func (s *Store) oneScript(cands []Conn) bool {
+	if _, ok := s.rdb.(*redis.ClusterClient); !ok || len(cands) == 1 {
+		return true
+	}
+	slot := hashSlot(cands[0].layout().State())
+	for _, c := range cands[1:] {
+		if hashSlot(c.layout().State()) != slot {
+			return false
+		}
+	}
+	return true
+}
+
+// admitCmd is one run of admit.lua.
+type admitCmd struct {
+	cmd *redis.Cmd
+	// retry runs it again in full (EVAL) after a NOSCRIPT on a pipeline.
+	retry func() *redis.Cmd
+}
+
+// admitScript runs (or, on a pipeline, queues) admit.lua over cands.
+func (s *Store) admitScript(ctx context.Context, p processor, cands []Conn, peek bool) admitCmd {
+	ks := make([]string, 0, 2*len(cands))
+	args := make([]any, 0, 2+4*len(cands))
+	pk := "0"
+	if peek {
+		pk = "1"
+	}
+	args = append(args, s.nowArg(), pk)
+	for _, c := range cands {
+		l := c.layout()
+		ks = append(ks, connKeys(l)...)
+		args = append(args, s.policyArg(s.connPolicy(c)), keys.Channel(l.Tenant), l.ID.String(), s.nonce())
+	}
+	if _, ok := p.(redis.Pipeliner); ok {
+		return admitCmd{cmd: scriptAdmit.queue(ctx, p, "evalsha", ks, args), retry: func() *redis.Cmd {
+			return scriptAdmit.queue(ctx, s.rdb, "eval", ks, args)
+		}}
+	}
+	return admitCmd{cmd: scriptAdmit.run(ctx, p, ks, args...)}
+}
+
+// decode reads admit.lua's reply: now, how many candidates were decided,
+// then each one's ADMIT_REPLY and transitions.
+func (a admitCmd) decode() ([]admitted, error) {
+	if a.retry != nil && noScript(a.cmd.Err()) {
+		a.cmd = a.retry()
+	}
+	r := newReply(a.cmd.Result())
+	now := time.UnixMilli(r.int())
+	n := r.int()
+	out := make([]admitted, 0, max(n, 0))
+	for range n {
+		d := Decision{Verdict: breaker.Verdict{
+			Decision: breaker.Decision(r.int()), Reason: breaker.DenyReason(r.int()), RetryAfter: r.int(),
+			Revision: uint64(r.int()), Phase: breaker.Phase(r.int()),
+		}, Now: now}
+		d.LeaseToken = r.str()
+		lexp := r.int()
+		d.LeaseExpired = r.int() == 1
+		exists := r.int() == 1
+		wake := r.int()
+		d.Events = r.events()
+		if d.Decision == breaker.AllowProbe {
+			d.LeaseExpires = time.UnixMilli(lexp)
+		}
+		out = append(out, admitted{Decision: d, exists: exists, wake: wake})
+	}
+	if r.err == nil && n < 1 {
+		r.err = fmt.Errorf("store: admit decided %d candidates", n)
+	}
+	return out, r.err
+}
+
+// admitRounds admits cands on a Cluster whose slots differ: a round is one
+// pipeline, the first undecided candidate admitted in full and every later
+// one peeked at (a peek writes nothing). The decisions are read in order
+// up to the first admitted one; a peek that could not decide without a
+// write starts the next round at its candidate.
+func (s *Store) admitRounds(ctx context.Context, cands []Conn) ([]admitted, error) {
+	var out []admitted
+	for first := 0; first < len(cands); {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]admitCmd, 0, len(cands)-first)
+		for i := first; i < len(cands); i++ {
+			cmds = append(cmds, s.admitScript(ctx, pipe, cands[i:i+1], i > first))
+		}
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		next := len(cands)
+		for j, cmd := range cmds {
+			a, err := cmd.decode()
+			if err != nil {
+				return nil, err
+			}
+			if a[0].Decision.Decision == admitUndecided {
+				next = first + j
+				break
+			}
+			out = append(out, a[0])
+			if a[0].Decision.Decision != breaker.Deny {
+				return out, nil
+			}
+		}
+		first = next
+	}
+	return out, nil
 }
 
 // ReportResult says what a report did.
@@ -117,7 +238,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	sc, release := s.durableConn(ctx, l, rep) // s.rdb unless Options.Durability
 	defer release()
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
-		r := newReply(scriptReport.Run(ctx, sc, connKeys(l), s.args(p, l,
+		r := newReply(scriptReport.run(ctx, sc, connKeys(l), s.args(p, l,
 			rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
 			registeredAt, registerGrace.Milliseconds(), max(rep.Count, 1))...).Result())
 		// REPORT_REPLY in report.lua.
@@ -157,7 +278,7 @@ func (s *Store) ExtendLease(ctx context.Context, c Conn, token string, ttl time.
 		return time.Time{}, ErrLeaseNotHeld
 	}
 	l := c.layout()
-	r := newReply(scriptExtend.Run(ctx, s.rdb, connKeys(l), s.args(p, l, token, ttl.Milliseconds())...).Result())
+	r := newReply(scriptExtend.run(ctx, s.rdb, connKeys(l), s.args(p, l, token, ttl.Milliseconds())...).Result())
 	// EXTEND_REPLY in extend.lua.
 	slot, expires := r.int(), r.int()
 	_ = r.int() // now

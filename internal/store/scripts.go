@@ -1,10 +1,14 @@
 package store
 
 import (
+	"context"
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -13,10 +17,16 @@ import (
 )
 
 var (
+	//go:embed lua/head.lua
+	luaHead string
 	//go:embed lua/prelude.lua
 	luaPrelude string
+	//go:embed lua/admit_fast.lua
+	luaAdmitFast string
 	//go:embed lua/admit.lua
 	luaAdmit string
+	//go:embed lua/report_fast.lua
+	luaReportFast string
 	//go:embed lua/report.lua
 	luaReport string
 	//go:embed lua/force.lua
@@ -28,64 +38,141 @@ var (
 	//go:embed lua/tenant.lua
 	luaTenant string
 
-	scriptAdmit  = redis.NewScript(luaPrelude + luaAdmit)
-	scriptReport = redis.NewScript(luaPrelude + luaReport)
-	scriptForce  = redis.NewScript(luaPrelude + luaForce)
-	scriptGet    = redis.NewScript(luaPrelude + luaGet)
-	scriptExtend = redis.NewScript(luaPrelude + luaExtend)
+	// A connection script is head.lua (the clock), its fast path if it has
+	// one, the prelude, then its own part. The scripts that may write a
+	// transition, a lease or a count run once (see luaScript); get only
+	// applies timed transitions, which a second run finds already applied.
+	scriptAdmit  = newScript(once, luaHead, luaAdmitFast, luaPrelude, luaAdmit)
+	scriptReport = newScript(once, luaHead, luaReportFast, luaPrelude, luaReport)
+	scriptForce  = newScript(once, luaHead, luaPrelude, luaForce)
+	scriptExtend = newScript(once, luaHead, luaPrelude, luaExtend)
+	scriptGet    = redis.NewScript(luaHead + luaPrelude + luaGet)
 	scriptTenant = redis.NewScript(luaTenant)
 )
 
-// The scripts' named codes (prelude.lua's STATUS, force.lua's FORCE_RESET).
+// The scripts' named codes (prelude.lua's STATUS, force.lua's FORCE_RESET,
+// admit.lua's UNDECIDED).
 const (
 	statusApplied      = 1
 	statusUnregistered = 2
 	forceReset         = 3
+	admitUndecided     = breaker.Decision(0)
 )
 
 // connKeys are KEYS for a connection script: state, history.
 func connKeys(l keys.Layout) []string { return l.Script() }
 
-// policyArgs is ARGV[2..16]: the policy, idle TTL and history cap, as
-// strings. They are the same for every call with one policy, so they are
-// formatted once and reused (no per-request boxing).
-func (s *Store) policyArgs(p breaker.Policy) []any {
+// policyArg is a connection's policy, idle TTL and history cap as one
+// argument (bind in prelude.lua): idle, rate basis points and window first
+// (report_fast.lua reads only those), in milliseconds where a duration. It
+// is the same for every call with one policy, so it is formatted once.
+func (s *Store) policyArg(p breaker.Policy) string {
 	if cached, ok := s.argCache.Load(p); ok {
-		if a, ok := cached.([]any); ok {
+		if a, ok := cached.(string); ok {
 			return a
 		}
 	}
-	a := []any{}
-	for _, n := range []int64{
-		int64(p.ConsecutiveFailures), p.RateBasisPoints(), int64(p.MinCalls), p.Window.Milliseconds(),
-		p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds(),
+	var b []byte
+	for i, n := range []int64{
+		s.idle.Milliseconds(), p.RateBasisPoints(), p.Window.Milliseconds(), int64(p.ConsecutiveFailures),
+		int64(p.MinCalls), p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds(),
 	} {
-		a = append(a, strconv.FormatInt(n, 10))
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, n, 10)
 	}
-	a = append(a, strconv.FormatFloat(p.Jitter, 'g', -1, 64))
+	b = append(b, ',')
+	b = strconv.AppendFloat(b, p.Jitter, 'g', -1, 64)
 	for _, n := range []int64{
 		p.RateLimitDefault.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
-		p.AuthBlock.Milliseconds(), int64(p.MaxProbes), p.LeaseTTL.Milliseconds(), s.idle.Milliseconds(), int64(s.history),
+		p.AuthBlock.Milliseconds(), int64(p.MaxProbes), p.LeaseTTL.Milliseconds(), int64(s.history),
 	} {
-		a = append(a, strconv.FormatInt(n, 10))
+		b = append(b, ',')
+		b = strconv.AppendInt(b, n, 10)
 	}
+	a := string(b)
 	s.argCache.Store(p, a)
 	return a
 }
 
-// args builds ARGV: the prelude's common part, then the operation's own.
+// args builds ARGV of a one-connection script: now (head.lua), the
+// connection's three (bind in prelude.lua), then the operation's own.
 func (s *Store) args(p breaker.Policy, l keys.Layout, op ...any) []any {
-	now := "0"
-	if s.clock != nil {
-		now = strconv.FormatInt(s.clock().UnixMilli(), 10)
-	}
-	pa := s.policyArgs(p)
-	a := make([]any, 0, 3+len(pa)+len(op))
-	a = append(a, now)
-	a = append(a, pa...)
-	a = append(a, keys.Channel(l.Tenant), l.ID.String())
+	a := make([]any, 0, 4+len(op))
+	a = append(a, s.nowArg(), s.policyArg(p), keys.Channel(l.Tenant), l.ID.String())
 	return append(a, op...)
 }
+
+// once marks a script that go-redis must never send twice (see luaScript).
+const once = true
+
+// luaScript is a script run with EVALSHA, and with EVAL once after a
+// NOSCRIPT (a Redis that restarted or failed over to a replica without the
+// script cache). A script run once is never resent by go-redis after it
+// may have reached Redis: go-redis retries a command whose reply timed out
+// or whose connection broke (MaxRetries, and the Cluster client's
+// redirects), and a script that ran but whose reply was lost would then be
+// applied twice (a report counted twice, a second probe lease while the
+// first is orphaned until its TTL, two revisions for one override). A
+// command that never left the client is still retried (go-redis's own
+// pre-write rule). The caller sees the error and decides (decision 0023).
+type luaScript struct {
+	src, sha string
+	once     bool
+}
+
+func newScript(once bool, parts ...string) *luaScript {
+	src := strings.Join(parts, "")
+	sum := sha1.Sum([]byte(src))
+	return &luaScript{src: src, sha: hex.EncodeToString(sum[:]), once: once}
+}
+
+// processor runs one command: a client, a held connection, a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// onceCmd is a command that go-redis does not resend after it may have
+// been written (the Cmder's NoRetry).
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// queue sends (or, on a pipeline, queues) the script as verb (evalsha or
+// eval) and returns its command.
+func (sc *luaScript) queue(ctx context.Context, p processor, verb string, ks []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(ks)+len(args))
+	a = append(a, verb, sc.sha, len(ks))
+	if verb == "eval" {
+		a[1] = sc.src
+	}
+	for _, k := range ks {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	if sc.once {
+		_ = p.Process(ctx, onceCmd{cmd})
+	} else {
+		_ = p.Process(ctx, cmd)
+	}
+	return cmd
+}
+
+// run runs the script on p (not a pipeline): EVALSHA, then EVAL if Redis
+// does not have it cached.
+func (sc *luaScript) run(ctx context.Context, p processor, ks []string, args ...any) *redis.Cmd {
+	cmd := sc.queue(ctx, p, "evalsha", ks, args)
+	if noScript(cmd.Err()) {
+		cmd = sc.queue(ctx, p, "eval", ks, args)
+	}
+	return cmd
+}
+
+// noScript reports whether err says that Redis does not have the script:
+// it was not run, so sending it in full is its first run.
+func noScript(err error) bool { return err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") }
 
 // reply reads a script's array reply with checked conversions.
 type reply struct {

@@ -78,7 +78,7 @@ type Store struct {
 	// sweepEvery and sweepTTL drive Run (see Options).
 	sweepEvery, sweepTTL time.Duration
 	durable              Durability // see durable.go
-	argCache             sync.Map   // breaker.Policy → []any, see policyArgs
+	argCache             sync.Map   // breaker.Policy → string, see policyArg
 	hub                  hub        // shared watch subscriptions, one per tenant
 }
 

@@ -1,14 +1,15 @@
--- force: ARGV[19] override (0 clear, 1 forced open, 2 forced closed, 3 reset),
--- ARGV[20] duration ms from now (0: until changed), ARGV[21] actor,
--- ARGV[22] reason, ARGV[23] registered_at, ARGV[24] grace (see may_create).
+-- force: ARGV[5] override (0 clear, 1 forced open, 2 forced closed, 3 reset),
+-- ARGV[6] duration ms from now (0: until changed), ARGV[7] actor,
+-- ARGV[8] reason, ARGV[9] registered_at, ARGV[10] grace (see may_create).
 local FORCE_REPLY = {'status', 'wake', 'state'}
 local FORCE_RESET = 3
+bind(1, 2)
 local s = load()
-if not may_create(s, tonumber(ARGV[23]), tonumber(ARGV[24])) then
+if not may_create(s, tonumber(ARGV[9]), tonumber(ARGV[10])) then
   return reply(FORCE_REPLY, {status = STATUS.UNREGISTERED, wake = 0, state = cjson.encode(state_table(s))})
 end
 settle(s)
-local o, d, actor, reason = tonumber(ARGV[19]), tonumber(ARGV[20]), ARGV[21], ARGV[22]
+local o, d, actor, reason = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local until_ms = 0
 if d > 0 then until_ms = now + d end
 if o == FORCE_RESET then

@@ -1,12 +1,12 @@
--- cooldownd: shared prelude of every connection script. It mirrors
+-- cooldownd: shared prelude of every connection script, run after head.lua
+-- (the clock) and, for admit and report, after their fast path. It mirrors
 -- internal/breaker (the reference model) line by line; a differential test
 -- holds the two together. Keep them in step.
 --
--- KEYS[1] state hash, KEYS[2] history list (one hash tag: one Cluster slot).
--- ARGV[1] now in Unix ms, or 0 to read Redis TIME (the one clock).
--- ARGV[2..14] policy (see policyArgs in scripts.go), ARGV[15] idle TTL ms,
--- ARGV[16] history cap, ARGV[17] event channel, ARGV[18] connection id hex,
--- ARGV[19..] the operation's own arguments.
+-- A script binds one connection at a time (bind below): KEYS[2k-1] its
+-- state hash, KEYS[2k] its history list (one hash tag: one Cluster slot),
+-- and three ARGV from base: the packed policy (policyArg in scripts.go),
+-- the event channel, the connection id hex. ARGV[1] is now (head.lua).
 --
 -- Every timing decision is made here from now and the expiries stored in
 -- the state hash (open until, override until, each lease's expiry); key
@@ -30,20 +30,31 @@ local MAX_COUNT, MAX_REOPENS = 100000, 64
 -- nothing was written, the store registers it and runs the script again.
 local STATUS = {APPLIED = 1, UNREGISTERED = 2}
 
-local S, H = KEYS[1], KEYS[2]
-local now = tonumber(ARGV[1])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The bound connection (see bind): its keys, policy, idle TTL, history
+-- cap, event channel and id, and the transitions applied to it so far.
+local S, H, P, IDLE, HCAP, CHAN, ID
+local events = {}
+
+-- bind makes the k-th connection of KEYS, with its three ARGV from base,
+-- the one the functions below work on. The policy is one argument, the
+-- numbers of policyArg (scripts.go) in order; it is parsed here, only on
+-- the paths that need it.
+local function bind(k, base)
+  S, H = KEYS[2 * k - 1], KEYS[2 * k]
+  local v, i = {}, 0
+  for x in string.gmatch(ARGV[base], '[^,]+') do
+    i = i + 1
+    v[i] = tonumber(x)
+  end
+  IDLE, HCAP = v[1], v[15]
+  P = {
+    rate_bp = v[2], window = v[3], consecutive = v[4], min_calls = v[5], open_base = v[6], open_max = v[7],
+    jitter = v[8], rate_limit_default = v[9], overload_floor = v[10], quota_block = v[11], auth_block = v[12],
+    max_probes = v[13], lease_ttl = v[14],
+  }
+  CHAN, ID = ARGV[base + 1], ARGV[base + 2]
+  events = {}
 end
-local P = {
-  consecutive = tonumber(ARGV[2]), rate_bp = tonumber(ARGV[3]), min_calls = tonumber(ARGV[4]),
-  window = tonumber(ARGV[5]), open_base = tonumber(ARGV[6]), open_max = tonumber(ARGV[7]),
-  jitter = tonumber(ARGV[8]), rate_limit_default = tonumber(ARGV[9]), overload_floor = tonumber(ARGV[10]),
-  quota_block = tonumber(ARGV[11]), auth_block = tonumber(ARGV[12]), max_probes = tonumber(ARGV[13]),
-  lease_ttl = tonumber(ARGV[14]),
-}
-local IDLE, HCAP, CHAN, ID = tonumber(ARGV[15]), tonumber(ARGV[16]), ARGV[17], ARGV[18]
 
 -- The state hash's fields: STATE_FIELDS[i] is stored as HASH_FIELDS[i].
 -- The hash names are short (one hash per connection) and stable across
@@ -59,18 +70,25 @@ local NFIELDS = #STATE_FIELDS
 -- whose lease lapsed stays until the slot is granted again, which is how a
 -- grant knows that the previous holder never reported.
 local LEASE_TOKEN, LEASE_EXPIRES = 'lt', 'lx'
+-- EXPIRES_AT is when the state's keys expire (Unix ms, 0: never), kept
+-- beside them so that a fast path knows without a command whether their
+-- time to live is due for a refresh (see report_fast.lua).
+local EXPIRES_AT = 'xp'
 
 local function lease_fields(slot) return LEASE_TOKEN .. slot, LEASE_EXPIRES .. slot end
 
 local function load()
-  -- One HMGET: the state's fields, then each slot's token and expiry.
+  -- One HMGET: the state's fields, when the keys expire, then each slot's
+  -- token and expiry.
   local names = HASH_FIELDS
+  names[NFIELDS + 1] = EXPIRES_AT
   for slot = 0, P.max_probes - 1 do
-    names[NFIELDS + 2 * slot + 1], names[NFIELDS + 2 * slot + 2] = lease_fields(slot)
+    names[NFIELDS + 2 * slot + 2], names[NFIELDS + 2 * slot + 3] = lease_fields(slot)
   end
   local v = redis.call('HMGET', S, unpack(names))
   for i = #names, NFIELDS + 1, -1 do names[i] = nil end
-  local s = {exists = false, leases = {}, lapsed = {}}
+  -- raw keeps the stored strings: save writes only the fields that changed.
+  local s = {exists = false, leases = {}, lapsed = {}, raw = v, xp = tonumber(v[NFIELDS + 1])}
   for i = 1, NFIELDS do
     local f, x = STATE_FIELDS[i], v[i]
     if x then s.exists = true end
@@ -78,8 +96,8 @@ local function load()
   end
   if s.phase == 0 then s.phase = PHASE.CLOSED end
   for slot = 0, P.max_probes - 1 do
-    local tok = v[NFIELDS + 2 * slot + 1]
-    local expires = tonumber(v[NFIELDS + 2 * slot + 2]) or 0
+    local tok = v[NFIELDS + 2 * slot + 2]
+    local expires = tonumber(v[NFIELDS + 2 * slot + 3]) or 0
     if tok then
       s.exists = true
       -- A lease is live while its expiry is ahead of now and it belongs to
@@ -102,35 +120,58 @@ local function deadline(s)
   return 0
 end
 
--- keep sets the state's and the history's time to live from now (garbage
--- collection only: every decision reads the stored expiries). An override
--- without an end lasts until changed: its state never expires (denied
+-- expiry is when the state's and the history's keys must expire from now
+-- (garbage collection only: every decision reads the stored expiries), 0
+-- for never: an override without an end lasts until changed (denied
 -- callers write nothing that would refresh it).
-local function keep(s)
-  if s.override ~= OVERRIDE.NONE and s.override_until == 0 then
-    redis.call('PERSIST', S)
-    redis.call('PERSIST', H)
-    s.expires_at = 0
-    return
-  end
+local function expiry(s)
+  if s.override ~= OVERRIDE.NONE and s.override_until == 0 then return 0 end
   local ttl = IDLE
   local d = deadline(s)
   if d > now then ttl = IDLE + (d - now) end
   for _, l in ipairs(s.leases) do ttl = math.max(ttl, l.expires - now) end
-  redis.call('PEXPIRE', S, ttl)
-  redis.call('PEXPIRE', H, ttl)
-  s.expires_at = now + ttl
+  return now + ttl
 end
 
+-- keep sets the state's and the history's time to live (see expiry) and
+-- records it in the state (EXPIRES_AT) when it moved.
+local function keep(s)
+  local e = expiry(s)
+  if e == 0 then
+    redis.call('PERSIST', S)
+    redis.call('PERSIST', H)
+  else
+    redis.call('PEXPIRE', S, e - now)
+    redis.call('PEXPIRE', H, e - now)
+  end
+  s.expires_at = e
+  if s.xp ~= e then
+    redis.call('HSET', S, EXPIRES_AT, string.format('%d', e))
+    s.xp = e
+  end
+end
+
+-- save writes the fields that changed since load (and EXPIRES_AT) in one
+-- HSET, then sets the keys' time to live.
 local function save(s)
-  local args = {}
+  local args, raw, n = {}, s.raw or {}, 0
   for i = 1, NFIELDS do
     local f = STATE_FIELDS[i]
     local x = s[f]
     if not TEXT_FIELDS[f] then x = string.format('%d', x) end
-    args[2 * i - 1], args[2 * i] = HASH_FIELDS[i], x
+    if x ~= raw[i] then
+      args[n + 1], args[n + 2] = HASH_FIELDS[i], x
+      n = n + 2
+      raw[i] = x
+    end
   end
-  redis.call('HSET', S, unpack(args))
+  local e = expiry(s)
+  if e ~= s.xp then
+    args[n + 1], args[n + 2] = EXPIRES_AT, string.format('%d', e)
+    n = n + 2
+    s.xp = e
+  end
+  if n > 0 then redis.call('HSET', S, unpack(args)) end
   keep(s)
 end
 
@@ -165,8 +206,6 @@ local function state_table(s)
   }
 end
 
-local events = {}
-
 -- transition moves to phase to at time at. A connection's first
 -- transition takes at as its revision and each later one adds one, so a
 -- connection that expired idle and comes back never repeats a revision of
@@ -176,9 +215,11 @@ local function transition(s, at, to, cause, actor, reason)
   table.insert(events, {id = ID, at = at, from = s.phase, to = to, cause = cause, rev = s.revision,
     actor = actor or '', reason = reason or ''})
   s.phase, s.cause, s.changed_at, s.successes, s.failures = to, cause, at, 0, 0
+  local f = {}
   for slot = 0, P.max_probes - 1 do
-    redis.call('HDEL', S, lease_fields(slot))
+    f[2 * slot + 1], f[2 * slot + 2] = lease_fields(slot)
   end
+  redis.call('HDEL', S, unpack(f))
   s.leases, s.lapsed = {}, {}
   if to ~= PHASE.OPEN then s.open_until = 0 end
 end
@@ -222,6 +263,13 @@ local function settle(s)
   end
 end
 
+-- due says whether settle would apply a timed transition now (without
+-- applying it: a peek writes nothing).
+local function due(s)
+  if s.override ~= OVERRIDE.NONE then return s.override_until > 0 and now >= s.override_until end
+  return s.phase == PHASE.OPEN and now >= s.open_until
+end
+
 local function find_lease(s, token)
   if token == '' then return nil end
   for _, l in ipairs(s.leases) do
@@ -239,7 +287,7 @@ end
 
 -- may_create says whether a writing script may create the state: only
 -- right after the store registered the connection in its tenant's index
--- (ARGV registered_at, Unix ms, within grace ms), so that no state exists
+-- (registered_at, Unix ms, within grace ms), so that no state exists
 -- that the index, the cap and the sweeper do not know.
 local function may_create(s, registered_at, grace)
   return s.exists or (registered_at > 0 and now <= registered_at + grace)

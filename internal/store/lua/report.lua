@@ -1,21 +1,22 @@
--- report: ARGV[19] revision, ARGV[20] lease token, ARGV[21] outcome,
--- ARGV[22] retry_after ms, ARGV[23] http status, ARGV[24] error code,
--- ARGV[25] label ('' keeps the stored one), ARGV[26] jitter in millionths,
--- ARGV[27] registered_at, ARGV[28] grace (see may_create), ARGV[29] how many
+-- report: ARGV[5] revision, ARGV[6] lease token, ARGV[7] outcome,
+-- ARGV[8] retry_after ms, ARGV[9] http status, ARGV[10] error code,
+-- ARGV[11] label ('' keeps the stored one), ARGV[12] jitter in millionths,
+-- ARGV[13] registered_at, ARGV[14] grace (see may_create), ARGV[15] how many
 -- successes the report stands for (a client's batch; 1 otherwise).
 local REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake'}
+bind(1, 2)
 local s = load()
-if not may_create(s, tonumber(ARGV[27]), tonumber(ARGV[28])) then
+if not may_create(s, tonumber(ARGV[13]), tonumber(ARGV[14])) then
   return reply(REPORT_REPLY, {status = STATUS.UNREGISTERED, accepted = 0, changed = 0, created = 0, revision = 0,
     phase = s.phase, now = now, wake = 0})
 end
 local created = not s.exists
 settle(s)
-local rev, token, outcome = tonumber(ARGV[19]), ARGV[20], tonumber(ARGV[21])
-local retry, jitter = tonumber(ARGV[22]), tonumber(ARGV[26]) / 1e6
-local batch = math.max(tonumber(ARGV[29]) or 1, 1)
-s.updated_at, s.last_status, s.last_outcome, s.last_error = now, tonumber(ARGV[23]), outcome, ARGV[24]
-if ARGV[25] ~= '' then s.label = ARGV[25] end
+local rev, token, outcome = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local retry, jitter = tonumber(ARGV[8]), tonumber(ARGV[12]) / 1e6
+local batch = math.max(tonumber(ARGV[15]) or 1, 1)
+s.updated_at, s.last_status, s.last_outcome, s.last_error = now, tonumber(ARGV[9]), outcome, ARGV[10]
+if ARGV[11] ~= '' then s.label = ARGV[11] end
 local lease = find_lease(s, token)
 -- A half-open connection's verdict belongs to its probes: only a live
 -- lease carries it (a probe that gave up its lease keeps the revision but

@@ -1,0 +1,81 @@
+-- report's fast path, before the prelude runs: a success with the current
+-- revision and no lease or hint, on a closed connection with no override.
+-- internal/breaker's Report then counts it and moves nothing (no settle,
+-- no lease, no transition, no event), so one HMGET reads what it changes
+-- and one HSET writes only the fields whose value moves. The keys' time to live is
+-- refreshed only when due: when less than the idle TTL is left, to the
+-- idle TTL and an eighth (EXPIRES_AT in prelude.lua), so a healthy
+-- connection lives at least its idle TTL after its last report and its
+-- expiry is rewritten at most once per eighth of it. Any other report goes
+-- on to the full script. ARGV as report.lua's; the field names are
+-- prelude.lua's HASH_FIELDS, the numbers its PHASE, OVERRIDE, OUTCOME,
+-- STATUS and MAX_COUNT.
+if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
+  local CLOSED, NO_OVERRIDE, SUCCESS, APPLIED, MAX_COUNT = '1', '0', '1', 1, 100000
+  local S = KEYS[1]
+  local f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp')
+  if f[1] == CLOSED and f[2] == NO_OVERRIDE and f[3] == ARGV[5] then
+    local idle, rate_bp, window = string.match(ARGV[2], '^(%d+),(%d+),(%d+),')
+    local batch = tonumber(ARGV[15]) or 1
+    if batch < 1 then batch = 1 end
+    local w, n = {'uat', string.format('%d', now)}, 2
+    local sc = tonumber(f[4]) or 0
+    if sc < MAX_COUNT then
+      n = n + 2
+      w[n - 1], w[n] = 'sc', string.format('%d', math.min(sc + batch, MAX_COUNT))
+    end
+    if f[5] ~= '0' then
+      n = n + 2
+      w[n - 1], w[n] = 'cf', '0'
+    end
+    if f[6] ~= ARGV[9] then
+      n = n + 2
+      w[n - 1], w[n] = 'ls', string.format('%d', tonumber(ARGV[9]))
+    end
+    if f[7] ~= SUCCESS then
+      n = n + 2
+      w[n - 1], w[n] = 'lo', SUCCESS
+    end
+    if (f[8] or '') ~= ARGV[10] then
+      n = n + 2
+      w[n - 1], w[n] = 'le', ARGV[10]
+    end
+    if ARGV[11] ~= '' and f[9] ~= ARGV[11] then
+      n = n + 2
+      w[n - 1], w[n] = 'lb', ARGV[11]
+    end
+    if rate_bp ~= '0' then
+      -- count(false, batch): rotate the window (once per window, so its
+      -- other fields are read only then), then count the calls.
+      window = tonumber(window)
+      local start = now - now % window
+      local ws, cc = tonumber(f[10]) or 0, tonumber(f[11]) or 0
+      if ws ~= start then
+        local pc, pf = '0', '0'
+        if ws == start - window then pc, pf = f[11] or '0', redis.call('HGET', S, 'wcf') or '0' end
+        w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6], w[n + 7], w[n + 8] =
+          'ws', string.format('%d', start), 'wpc', pc, 'wpf', pf, 'wcf', '0'
+        n = n + 8
+        cc = 0
+      end
+      if cc < MAX_COUNT then
+        n = n + 2
+        w[n - 1], w[n] = 'wcc', string.format('%d', math.min(cc + batch, MAX_COUNT))
+      end
+    end
+    idle = tonumber(idle)
+    local xp = tonumber(f[12]) or 0
+    if xp - now < idle then
+      local ttl = idle + math.floor(idle / 8)
+      xp = now + ttl
+      redis.call('PEXPIRE', S, ttl)
+      redis.call('PEXPIRE', KEYS[2], ttl)
+      n = n + 2
+      w[n - 1], w[n] = 'xp', string.format('%d', xp)
+    end
+    redis.call('HSET', S, unpack(w))
+    -- REPORT_REPLY of report.lua: status, accepted, changed, created,
+    -- revision, phase, now, wake; no events.
+    return {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, 0}
+  end
+end
