@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"flag"
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,7 +21,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
-	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
 // listPageSize is the page size list asks for (the server's maximum).
@@ -25,6 +30,7 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 	var fs flag.FlagSet
 	state := fs.String("state", "", "only connections in this state: closed, open or half-open")
 	limit := fs.Int("limit", 0, "list at most this many connections (0: all)")
+	order := fs.String("sort", "severity", "order: severity (open first, longest left first) or id")
 	pos, err := e.parse("list", &fs, args)
 	if err != nil {
 		return err
@@ -38,9 +44,15 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 			return usagef("--state must be closed, open or half-open, got %q", *state)
 		}
 	}
+	if *order != "severity" && *order != "id" {
+		return usagef("--sort must be severity or id, got %q", *order)
+	}
 	all, err := e.listAll(ctx)
 	if err != nil {
 		return err
+	}
+	if *order == "severity" {
+		sortBySeverity(all)
 	}
 	var conns []*cooldownv1.ConnectionState
 	for _, c := range all {
@@ -58,10 +70,17 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "No connections.")
 		return nil
 	}
+	tenants := slices.ContainsFunc(conns, func(c *cooldownv1.ConnectionState) bool { return c.GetTenant() != "" })
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	if tenants {
+		fmt.Fprint(tw, "TENANT\t")
+	}
 	fmt.Fprintln(tw, "ID\tLABEL\tSTATE\tCAUSE\tLEFT\tPROBES\tOK/FAIL\tLAST\tREV\tCHANGED")
 	now := time.Now()
 	for _, c := range conns {
+		if tenants {
+			fmt.Fprintf(tw, "%s\t", c.GetTenant())
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%s\n",
 			shortID(c.GetConnection().GetId()), orDash(c.GetConnection().GetLabel()), stateText(c), openCause(c), left(c),
 			probes(c, now), c.GetRecentSuccesses(), c.GetRecentFailures(), lastReport(c), c.GetRevision(), ago(c.GetChangedAt(), now))
@@ -82,31 +101,32 @@ func cmdGet(ctx context.Context, e *env, args []string) error {
 	if *history > 50 {
 		return usagef("--history must be at most 50")
 	}
-	id, err := e.resolveID(ctx, pos[0])
+	tg, err := e.resolveID(ctx, pos[0])
 	if err != nil {
 		return err
 	}
-	cctx, cancel := e.callCtx(ctx)
-	defer cancel()
-	res, err := e.api.GetConnection(cctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id, HistoryLimit: uint32(*history)}))
+	res, err := e.get(ctx, tg, uint32(*history))
 	if err != nil {
-		return explain(err)
+		return err
 	}
 	if e.g.output == "json" {
-		return e.printJSON(res.Msg)
+		return e.printJSON(res)
 	}
-	e.printState(res.Msg.GetConnection())
+	e.printState(res.GetConnection())
+	if p := res.GetPolicy(); p != nil {
+		e.printPolicy(p)
+	}
 	if *history == 0 {
 		return nil
 	}
 	fmt.Fprintln(e.stdout)
-	if len(res.Msg.GetHistory()) == 0 {
+	if len(res.GetHistory()) == 0 {
 		fmt.Fprintln(e.stdout, "No transitions recorded.")
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tFROM\tTO\tCAUSE\tREV\tACTOR\tREASON")
-	for _, t := range res.Msg.GetHistory() {
+	for _, t := range res.GetHistory() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(t.GetTime()), enumText(t.GetFrom().String(), "STATE_"),
 			enumText(t.GetTo().String(), "STATE_"), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision(),
 			orDash(t.GetActor()), orDash(t.GetReason()))
@@ -127,9 +147,17 @@ func cmdWatch(ctx context.Context, e *env, args []string) error {
 	backoff := time.Second
 	for {
 		started := time.Now()
-		stream, err := e.api.WatchConnections(ctx, connect.NewRequest(&cooldownv1.WatchConnectionsRequest{Snapshot: *snapshot}))
+		stream, err := e.api.WatchConnections(ctx, connect.NewRequest(&cooldownv1.WatchConnectionsRequest{Snapshot: *snapshot, Tenant: e.g.tenant}))
 		if err == nil {
+			marked := false
 			for stream.Receive() {
+				if stream.Msg().GetConnection() == nil && !marked {
+					// The first empty message ends the snapshot.
+					marked = true
+					if *snapshot && e.g.output == "table" {
+						fmt.Fprintln(e.stderr, "cooldownctl: watch: snapshot complete; following changes")
+					}
+				}
 				if err := e.printEvent(stream.Msg()); err != nil {
 					_ = stream.Close()
 					return err
@@ -174,12 +202,15 @@ func (e *env) printEvent(m *cooldownv1.WatchConnectionsResponse) error {
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		_, err = fmt.Fprintf(e.stdout, "%s\n", hexIDs(b))
 		return err
 	}
 	label := orDash(c.GetConnection().GetLabel())
+	if tn := c.GetTenant(); tn != "" {
+		label = tn + " " + label
+	}
 	if t := m.GetTransition(); t != nil {
-		line := fmt.Sprintf("%-24s  %-12s  %-28s  %-9s → %-9s  %-13s  rev %d", stamp(t.GetTime()), shortID(c.GetConnection().GetId()), label,
+		line := fmt.Sprintf("%-24s  %-8s  %-28s  %-9s → %-9s  %-13s  rev %d", stamp(t.GetTime()), shortID(c.GetConnection().GetId()), label,
 			enumText(t.GetFrom().String(), "STATE_"), enumText(t.GetTo().String(), "STATE_"), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision())
 		if t.GetActor() != "" || t.GetReason() != "" {
 			line += "  " + strings.TrimPrefix(t.GetActor()+": "+t.GetReason(), ": ")
@@ -187,7 +218,7 @@ func (e *env) printEvent(m *cooldownv1.WatchConnectionsResponse) error {
 		_, err := fmt.Fprintln(e.stdout, strings.TrimRight(line, " "))
 		return err
 	}
-	_, err := fmt.Fprintf(e.stdout, "%-24s  %-12s  %-28s  %-21s  %-13s  rev %d\n", "snapshot", shortID(c.GetConnection().GetId()), label,
+	_, err := fmt.Fprintf(e.stdout, "%-24s  %-8s  %-28s  %-21s  %-13s  rev %d\n", "snapshot", shortID(c.GetConnection().GetId()), label,
 		stateText(c), openCause(c), c.GetRevision())
 	return err
 }
@@ -205,13 +236,16 @@ func cmdReset(ctx context.Context, e *env, args []string) error {
 	if strings.TrimSpace(*reason) == "" {
 		return usagef("reset needs --reason (it goes in the audit trail)")
 	}
-	id, err := e.resolveID(ctx, pos[0])
+	tg, err := e.resolveID(ctx, pos[0])
 	if err != nil {
+		return err
+	}
+	if _, err := e.get(ctx, tg, 0); err != nil {
 		return err
 	}
 	cctx, cancel := e.callCtx(ctx)
 	defer cancel()
-	res, err := e.admin.ResetConnection(cctx, connect.NewRequest(&cooldownv1.ResetConnectionRequest{Id: id, Reason: *reason}))
+	res, err := e.admin.ResetConnection(cctx, connect.NewRequest(&cooldownv1.ResetConnectionRequest{Id: tg.id, Reason: *reason}))
 	if err != nil {
 		return explain(err)
 	}
@@ -226,7 +260,9 @@ func cmdReset(ctx context.Context, e *env, args []string) error {
 func cmdForce(ctx context.Context, e *env, args []string) error {
 	var fs flag.FlagSet
 	reason := fs.String("reason", "", "why, for the audit trail (required)")
-	dur := fs.Duration("for", 0, "how long the override lasts (0: until changed or cleared)")
+	var forD time.Duration
+	dur := &forD
+	fs.Var((*durationFlag)(dur), "for", "how long the override lasts, with a unit such as 10m (0: until changed or cleared)")
 	pos, err := e.parse("force", &fs, args)
 	if err != nil {
 		return err
@@ -254,11 +290,16 @@ func cmdForce(ctx context.Context, e *env, args []string) error {
 	if strings.TrimSpace(*reason) == "" {
 		return usagef("force needs --reason (it goes in the audit trail)")
 	}
-	id, err := e.resolveID(ctx, pos[0])
+	tg, err := e.resolveID(ctx, pos[0])
 	if err != nil {
 		return err
 	}
-	req := &cooldownv1.ForceConnectionRequest{Id: id, Override: o, Reason: *reason}
+	// Forcing an id cooldownd does not know would create it: a typo must
+	// not force a connection nobody uses.
+	if _, err := e.get(ctx, tg, 0); err != nil {
+		return err
+	}
+	req := &cooldownv1.ForceConnectionRequest{Id: tg.id, Override: o, Reason: *reason}
 	if *dur > 0 {
 		req.Duration = durationpb.New(*dur)
 	}
@@ -276,20 +317,21 @@ func cmdForce(ctx context.Context, e *env, args []string) error {
 	case o == cooldownv1.Override_OVERRIDE_UNSPECIFIED:
 		fmt.Fprintf(e.stdout, "Cleared the override of %s: now %s, revision %d.\n", name(c), stateText(c), c.GetRevision())
 	case *dur > 0:
-		fmt.Fprintf(e.stdout, "Forced %s %s for %v (until %s), revision %d.\n", name(c), pos[1], *dur, stamp(c.GetOverrideUntil()), c.GetRevision())
+		fmt.Fprintf(e.stdout, "Forced %s %s for %s (until %s), revision %d.\n", name(c), pos[1], human(*dur), stamp(c.GetOverrideUntil()), c.GetRevision())
 	default:
 		fmt.Fprintf(e.stdout, "Forced %s %s until changed, revision %d.\n", name(c), pos[1], c.GetRevision())
 	}
 	return nil
 }
 
-// listAll pages through the tenant's connections.
+// listAll pages through the connections the token may read (an operator's:
+// every tenant's, or --tenant's).
 func (e *env) listAll(ctx context.Context) ([]*cooldownv1.ConnectionState, error) {
 	var out []*cooldownv1.ConnectionState
 	tok := ""
 	for {
 		cctx, cancel := e.callCtx(ctx)
-		res, err := e.api.ListConnections(cctx, connect.NewRequest(&cooldownv1.ListConnectionsRequest{PageSize: listPageSize, PageToken: tok}))
+		res, err := e.api.ListConnections(cctx, connect.NewRequest(&cooldownv1.ListConnectionsRequest{PageSize: listPageSize, PageToken: tok, Tenant: e.g.tenant}))
 		cancel()
 		if err != nil {
 			return nil, explain(err)
@@ -301,47 +343,134 @@ func (e *env) listAll(ctx context.Context) ([]*cooldownv1.ConnectionState, error
 	}
 }
 
-// resolveID turns 64 hex digits, or a unique prefix of at least 4, into a
-// connection id.
-func (e *env) resolveID(ctx context.Context, s string) ([]byte, error) {
-	s = strings.ToLower(strings.TrimSuffix(strings.TrimSpace(s), "…"))
-	if len(s) == 2*len(keys.ID{}) {
-		id, err := keys.ParseID(s)
-		if err != nil {
-			return nil, usagef("%q is not a connection id (64 hex digits)", s)
-		}
-		return id.Bytes(), nil
+// target is a connection named on the command line: its id and, for an
+// operator, its tenant.
+type target struct {
+	id     []byte
+	tenant string
+}
+
+// get reads one connection; one cooldownd holds no state of is an error
+// (exit 1), never an empty closed connection.
+func (e *env) get(ctx context.Context, tg target, history uint32) (*cooldownv1.GetConnectionResponse, error) {
+	cctx, cancel := e.callCtx(ctx)
+	defer cancel()
+	res, err := e.api.GetConnection(cctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: tg.id, Tenant: tg.tenant, HistoryLimit: history}))
+	if err != nil {
+		return nil, explain(err)
 	}
+	if !res.Msg.GetFound() {
+		where := ""
+		if tg.tenant != "" {
+			where = " in tenant " + tg.tenant
+		}
+		return nil, fmt.Errorf("connection %x not found%s: cooldownd holds no state for it (a mistyped id, or one idle longer than the server's --idle-ttl)", tg.id, where)
+	}
+	return res.Msg, nil
+}
+
+// resolveID turns a full id (64 hex digits or base64) or a unique prefix
+// of at least 4 hex digits into a connection.
+func (e *env) resolveID(ctx context.Context, arg string) (target, error) {
+	s := strings.TrimSuffix(strings.TrimSpace(arg), "…")
+	if id, ok := parseFullID(s); ok {
+		return target{id: id, tenant: e.g.tenant}, nil
+	}
+	s = strings.ToLower(s)
 	if len(s) < 4 || len(s) > 64 || strings.Trim(s, "0123456789abcdef") != "" {
-		return nil, usagef("%q is not a connection id: give its 64 hex digits or a unique prefix of at least 4", s)
+		return target{}, usagef("%q is not a connection id: give its 64 hex digits, its base64, or a unique prefix of at least 4 hex digits", arg)
 	}
 	all, err := e.listAll(ctx)
 	if err != nil {
-		return nil, err
+		return target{}, err
 	}
-	var found [][]byte
+	var found []target
 	for _, c := range all {
 		id := c.GetConnection().GetId()
-		if strings.HasPrefix(fmt.Sprintf("%x", id), s) {
-			found = append(found, id)
+		if strings.HasPrefix(hex.EncodeToString(id), s) {
+			found = append(found, target{id: id, tenant: c.GetTenant()})
 		}
 	}
 	switch len(found) {
 	case 0:
-		return nil, fmt.Errorf("no connection id starts with %s", s)
+		return target{}, fmt.Errorf("no connection id starts with %s", s)
 	case 1:
 		return found[0], nil
 	}
-	return nil, fmt.Errorf("%d connection ids start with %s; give more digits", len(found), s)
+	return target{}, fmt.Errorf("%d connection ids start with %s; give more digits", len(found), s)
 }
 
+// parseFullID reads 64 hex digits, or the base64 (standard or URL-safe,
+// padded or not) of 32 bytes.
+func parseFullID(s string) ([]byte, bool) {
+	const idLen = 32
+	if len(s) == 2*idLen {
+		b, err := hex.DecodeString(strings.ToLower(s))
+		return b, err == nil
+	}
+	if strings.Trim(strings.ToLower(s), "0123456789abcdef") == "" {
+		return nil, false // a hex prefix
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(s); err == nil && len(b) == idLen {
+			return b, true
+		}
+	}
+	return nil, false
+}
+
+// severity ranks a connection for list: open first (longest left first),
+// then half-open, then closed ones with recent failures, then the rest.
+func severity(c *cooldownv1.ConnectionState) int {
+	switch {
+	case c.GetState() == cooldownv1.State_STATE_OPEN:
+		return 0
+	case c.GetState() == cooldownv1.State_STATE_HALF_OPEN:
+		return 1
+	case c.GetRecentFailures() > 0 || c.GetConsecutiveFailures() > 0:
+		return 2
+	}
+	return 3
+}
+
+// sortBySeverity orders conns by severity, then time left (longest
+// first), then failures (most first), then tenant and id.
+func sortBySeverity(conns []*cooldownv1.ConnectionState) {
+	slices.SortStableFunc(conns, func(a, b *cooldownv1.ConnectionState) int {
+		return cmp.Or(
+			cmp.Compare(severity(a), severity(b)),
+			cmp.Compare(b.GetRetryAfter().AsDuration(), a.GetRetryAfter().AsDuration()),
+			cmp.Compare(b.GetRecentFailures(), a.GetRecentFailures()),
+			cmp.Compare(a.GetTenant(), b.GetTenant()),
+			bytes.Compare(a.GetConnection().GetId(), b.GetConnection().GetId()),
+		)
+	})
+}
+
+// jsonID matches protojson's rendering of a connection id (base64 of 32
+// bytes: 44 characters), which printJSON rewrites as hex.
+var jsonID = regexp.MustCompile(`"id":\s*"([A-Za-z0-9+/]{43}=)"`)
+
+// printJSON prints m as protojson, except that connection ids are hex, as
+// in the tables (protojson writes bytes as base64).
 func (e *env) printJSON(m proto.Message) error {
 	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+	_, err = fmt.Fprintf(e.stdout, "%s\n", hexIDs(b))
 	return err
+}
+
+func hexIDs(b []byte) []byte {
+	return jsonID.ReplaceAllFunc(b, func(m []byte) []byte {
+		sub := jsonID.FindSubmatch(m)
+		raw, err := base64.StdEncoding.DecodeString(string(sub[1]))
+		if err != nil || len(raw) != 32 {
+			return m
+		}
+		return []byte(`"id": "` + hex.EncodeToString(raw) + `"`)
+	})
 }
 
 // printState prints one connection's state as aligned fields.
@@ -349,7 +478,10 @@ func (e *env) printState(c *cooldownv1.ConnectionState) {
 	now := time.Now()
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
-	row("ID", fmt.Sprintf("%x", c.GetConnection().GetId()))
+	row("ID", hex.EncodeToString(c.GetConnection().GetId()))
+	if t := c.GetTenant(); t != "" {
+		row("Tenant", t)
+	}
 	row("Label", orDash(c.GetConnection().GetLabel()))
 	st := stateText(c)
 	if cause := enumText(c.GetCause().String(), "CAUSE_"); cause != "" {
@@ -423,9 +555,13 @@ func parseState(s string) cooldownv1.State {
 	return cooldownv1.State_STATE_UNSPECIFIED
 }
 
+// shortIDLen is how many hex digits of an id the tables print: the first
+// 8, the form cooldownd's logs and the dashboard use too.
+const shortIDLen = 8
+
 func shortID(id []byte) string {
-	h := fmt.Sprintf("%x", id)
-	return h[:min(12, len(h))]
+	h := hex.EncodeToString(id)
+	return h[:min(shortIDLen, len(h))]
 }
 
 func name(c *cooldownv1.ConnectionState) string {
@@ -528,4 +664,50 @@ func human(d time.Duration) string {
 		return strings.Replace(d.Round(time.Second).String(), "m0s", "m", 1)
 	}
 	return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+}
+
+// printPolicy prints the connection's effective policy, one rule a line.
+func (e *env) printPolicy(p *cooldownv1.Policy) {
+	d := func(v interface{ AsDuration() time.Duration }, off string) string {
+		if x := v.AsDuration(); x > 0 {
+			return durationText(x)
+		}
+		return off
+	}
+	fmt.Fprintln(e.stdout)
+	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row("POLICY", "")
+	trip := "off"
+	if n := p.GetConsecutiveFailures(); n > 0 {
+		trip = fmt.Sprintf("after %d consecutive failures", n)
+	}
+	row("Consecutive failures", trip)
+	rate := "off"
+	if r := p.GetFailureRate(); r > 0 {
+		rate = fmt.Sprintf("%g%% over %s, once %d calls are seen", r*100, d(p.GetWindow(), "-"), p.GetMinCalls())
+	}
+	row("Failure rate", rate)
+	jit := "no jitter"
+	if j := p.GetJitter(); j > 0 {
+		jit = fmt.Sprintf("±%g%% jitter", j*100)
+	}
+	row("Breaker open", fmt.Sprintf("%s doubling to %s, %s", d(p.GetOpenBase(), "-"), d(p.GetOpenMax(), "-"), jit))
+	row("Rate-limit cooldown", d(p.GetRateLimitCooldown(), "off (Retry-After only)"))
+	row("Overload floor", d(p.GetOverloadFloor(), "off"))
+	row("Quota block", d(p.GetQuotaBlock(), "off"))
+	row("Auth block", d(p.GetAuthBlock(), "off"))
+	row("Probes", fmt.Sprintf("%d at a time, lease %s", p.GetMaxProbes(), d(p.GetLeaseTtl(), "-")))
+	_ = tw.Flush()
+}
+
+// durationText is d exactly, without trailing zero units: 5m, not 5m0s.
+func durationText(d time.Duration) string {
+	s := d.String()
+	for _, zero := range []string{"m0s", "h0m"} {
+		if strings.HasSuffix(s, zero) {
+			s = s[:len(s)-2]
+		}
+	}
+	return s
 }

@@ -7,10 +7,13 @@
 //	cooldownctl [global flags] watch [--snapshot=false]
 //	cooldownctl [global flags] reset <id> --reason TEXT
 //	cooldownctl [global flags] force <id> open|closed|clear [--for 10m] --reason TEXT
+//	cooldownctl version
 //
-// An <id> is the connection's 64 hex digits, or a unique prefix of at least
-// 4 of them (as the tables print). Global flags (--server, --token-file,
-// -o) may come before or after the command. The token comes from
+// An <id> is the connection's 64 hex digits, its base64 (as protojson and
+// other tools print bytes), or a unique prefix of at least 4 hex digits (the
+// tables print 8). Output always shows ids in hex, JSON included. Global
+// flags (--server, --token-file, -o, --tenant) may come before or after the
+// command. The token comes from
 // COOLDOWNCTL_TOKEN, --token-file or COOLDOWNCTL_TOKEN_FILE; it is never
 // printed.
 package main
@@ -26,6 +29,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -33,6 +37,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/cmd/internal/buildinfo"
 )
 
 func main() {
@@ -69,14 +74,23 @@ const usage = `Usage: cooldownctl [global flags] <command> [arguments]
 Operate a running cooldownd: list, inspect, watch, reset and force connections.
 
 Commands:
-  list                         list the tenant's connections
-  get <id>                     show one connection and its recent transitions
+  list [--state S] [--sort severity|id] [--limit N]
+                               list the connections, most severe first (open, then half-open,
+                               then closed with failures)
+  get <id>                     show one connection, its policy and its recent transitions
   watch                        stream state changes as they happen (Ctrl-C stops)
   reset <id> --reason TEXT     reset a connection to closed (admin)
   force <id> open|closed|clear [--for 10m] --reason TEXT
                                force a connection open or closed, or clear the override (admin)
+  version                      print cooldownctl's version
 
-An <id> is the connection's 64 hex digits or a unique prefix of at least 4.
+An <id> is the connection's 64 hex digits, its base64, or a unique prefix of at least 4 hex
+digits (tables print the first 8). An id cooldownd holds no state for is "not found" (exit 1).
+Output shows ids in hex, in JSON too (which is otherwise protojson).
+
+Roles: list, get and watch need a viewer, admin or operator token; reset and force an admin
+token of the connection's tenant. An operator token reads every tenant: list and watch show
+all of them (a TENANT column), get needs --tenant or an id prefix to find the tenant by.
 
 Global flags (before or after the command):
   --server URL       cooldownd base URL (env COOLDOWNCTL_SERVER, default http://127.0.0.1:8080)
@@ -84,7 +98,8 @@ Global flags (before or after the command):
   --token TOKEN      the bearer token; prefer env COOLDOWNCTL_TOKEN or --token-file,
                      since command lines are visible to other users
   -o FORMAT          table (default) or json (protojson; one message per line for watch)
-  --timeout D        deadline of each call (default 10s; watch has none)
+  --timeout D        deadline of each call, with a unit (default 10s; watch has none)
+  --tenant NAME      operator tokens only: read this tenant (list, get, watch)
 `
 
 // globals are the flags every command takes.
@@ -94,6 +109,7 @@ type globals struct {
 	tokenFile string
 	output    string
 	timeout   time.Duration
+	tenant    string
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
@@ -102,7 +118,26 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.tokenFile, "token-file", g.tokenFile, "file holding the bearer token")
 	fs.StringVar(&g.output, "o", g.output, "output format: table or json")
 	fs.StringVar(&g.output, "output", g.output, "output format: table or json")
-	fs.DurationVar(&g.timeout, "timeout", g.timeout, "deadline of each call")
+	fs.Var((*durationFlag)(&g.timeout), "timeout", "deadline of each call")
+	fs.StringVar(&g.tenant, "tenant", g.tenant, "operator tokens only: the tenant to read")
+}
+
+// durationFlag is a flag.Value for durations whose error says that a unit
+// is needed when one is missing ("10" is not 10 seconds or 10 minutes).
+type durationFlag time.Duration
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("%q has no unit: write it with one, such as %ss or %sm", s, s, s)
+		}
+		return fmt.Errorf("%q is not a duration such as 90s, 10m or 1h30m", s)
+	}
+	*d = durationFlag(v)
+	return nil
 }
 
 // env is one invocation: its output streams and API clients.
@@ -134,11 +169,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return usagef("%v", err)
 	}
 	if fs.NArg() == 0 {
-		return usagef("a command is required: list, get, watch, reset or force")
+		return usagef("a command is required: list, get, watch, reset, force or version")
 	}
 	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	if cmd == "help" {
+	switch cmd {
+	case "help":
 		fmt.Fprint(stdout, usage)
+		return nil
+	case "version":
+		if len(rest) > 0 {
+			return usagef("version takes no arguments")
+		}
+		fmt.Fprintf(stdout, "cooldownctl %s\n", buildinfo.Get())
 		return nil
 	}
 	commands := map[string]func(context.Context, *env, []string) error{
@@ -146,7 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	f, ok := commands[cmd]
 	if !ok {
-		return usagef("unknown command %q (want list, get, watch, reset or force)", cmd)
+		return usagef("unknown command %q (want list, get, watch, reset, force or version)", cmd)
 	}
 	return f(ctx, e, rest)
 }
@@ -175,6 +217,9 @@ func (e *env) parse(name string, fs *flag.FlagSet, args []string) ([]string, err
 	}
 	if e.g.output != "table" && e.g.output != "json" {
 		return nil, usagef("-o must be table or json, got %q", e.g.output)
+	}
+	if e.g.tenant != "" && (name == "reset" || name == "force") {
+		return nil, usagef("%s acts in your token's tenant: --tenant is for reading with an operator token", name)
 	}
 	if err := e.connect(); err != nil {
 		return nil, err
@@ -272,7 +317,10 @@ func explain(err error) error {
 	case connect.CodeUnauthenticated:
 		msg += " (set COOLDOWNCTL_TOKEN or --token-file)"
 	case connect.CodePermissionDenied:
-		msg += " (this command needs a viewer token; reset and force need an admin token)"
+		// The server names the roles the call needs; an older one did not.
+		if !strings.Contains(ce.Message(), "needs") {
+			msg += " (list, get and watch need a viewer, admin or operator token; reset and force an admin token)"
+		}
 	case connect.CodeUnavailable:
 		if strings.Contains(ce.Message(), "connect:") || strings.Contains(ce.Message(), "dial") {
 			msg += " (is cooldownd running at --server?)"

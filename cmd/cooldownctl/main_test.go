@@ -35,6 +35,10 @@ const (
 	adminToken  = "ctl-admin-token-4f1c"
 	viewerToken = "ctl-viewer-token-9a2e"
 	clientToken = "ctl-client-token-77b0"
+	// operatorToken reads every tenant; globexToken is a client of a
+	// second tenant.
+	operatorToken = "ctl-operator-token-31d5"
+	globexToken   = "ctl-globex-client-token-0c9d"
 )
 
 // testAuth is the real token table (internal/auth) over the test tokens
@@ -45,6 +49,8 @@ func testAuth(t testing.TB) *auth.Table {
   - {name: oncall, tenant: acme, role: admin, token: "` + adminToken + `"}
   - {name: viewer, tenant: acme, role: viewer, token: "` + viewerToken + `"}
   - {name: app, tenant: acme, role: client, token: "` + clientToken + `"}
+  - {name: sre, role: operator, token: "` + operatorToken + `"}
+  - {name: globex-app, tenant: globex, role: client, token: "` + globexToken + `"}
 `))
 	require.NoError(t, err)
 	return tab
@@ -141,9 +147,9 @@ func TestListAndGet(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 3, r.stdout)
 	assert.Regexp(t, `^ID\s+LABEL\s+STATE\s+CAUSE\s+LEFT\s+PROBES\s+OK/FAIL\s+LAST\s+REV\s+CHANGED$`, lines[0])
-	openLine := lineWith(t, r.stdout, hex.EncodeToString(open)[:12])
+	openLine := lineWith(t, r.stdout, hex.EncodeToString(open)[:8])
 	assert.Regexp(t, `openai gpt-4o …a1b2\s+open\s+rate_limit\s+(29|30)s\s+0\s+0/0\s+429 rate_limited\s+\d{13}\s+`, openLine) // a first revision is its time in ms
-	assert.Regexp(t, `anthropic claude\s+closed\s+-\s+-\s+0\s+1/0\s+200 success\s+0\s+-$`, lineWith(t, r.stdout, hex.EncodeToString(closed)[:12]))
+	assert.Regexp(t, `anthropic claude\s+closed\s+-\s+-\s+0\s+1/0\s+200 success\s+0\s+-$`, lineWith(t, r.stdout, hex.EncodeToString(closed)[:8]))
 
 	// --state filters; global flags work after the command too.
 	r = s.ctl(t, map[string]string{"COOLDOWNCTL_SERVER": "http://127.0.0.1:1"}, "list", "--state", "open", "--server", s.url, "--token-file", tokenFile(t, viewerToken))
@@ -193,15 +199,15 @@ func TestResetAndForce(t *testing.T) {
 	require.Error(t, r.err)
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, "permission_denied")
-	assert.Contains(t, r.stderr, "admin token")
+	assert.Contains(t, r.stderr, "ResetConnection needs a token of role admin; this token's role is viewer")
 
 	r = s.ctl(t, admin(), "reset", hexID, "--reason", "provider recovered")
 	require.NoError(t, r.err, r.stderr)
-	assert.Regexp(t, `^Reset `+hexID[:12]+` \(openai gpt-4o\): now closed, revision \d{13}\.\n$`, r.stdout)
+	assert.Regexp(t, `^Reset `+hexID[:8]+` \(openai gpt-4o\): now closed, revision \d{13}\.\n$`, r.stdout)
 
 	r = s.ctl(t, admin(), "force", hexID[:10], "open", "--for", "10m", "--reason", "maintenance")
 	require.NoError(t, r.err, r.stderr)
-	assert.Regexp(t, `^Forced `+hexID[:12]+` \(openai gpt-4o\) open for 10m0s \(until \S+Z\), revision \d{13}\.\n$`, r.stdout)
+	assert.Regexp(t, `^Forced `+hexID[:8]+` \(openai gpt-4o\) open for 10m \(until \S+Z\), revision \d{13}\.\n$`, r.stdout)
 
 	r = s.ctl(t, admin(), "-o", "json", "get", hexID)
 	require.NoError(t, r.err, r.stderr)
@@ -250,7 +256,7 @@ func TestWatch(t *testing.T) {
 				}
 				done <- run(ctx, []string{"watch", "-o", format}, getenv, &out, io.Discard)
 			}()
-			short := hex.EncodeToString(id)[:12]
+			short := hex.EncodeToString(id)[:8]
 			if format == "table" {
 				waitOutput(t, &out, "snapshot")
 				assert.Regexp(t, `snapshot\s+`+short+`\s+openai gpt-4o\s+closed`, out.String())
