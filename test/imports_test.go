@@ -7,13 +7,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 const module = "github.com/cooldownd/cooldownd"
 
+// serverSide are the packages that run cooldownd (its state, its wire and
+// its UI): nothing at the bottom of the layering may reach them.
+var serverSide = []string{module + "/internal/server", module + "/internal/store", module + "/internal/dashboard", module + "/client"}
+
 // importRules are the dependency directions of DESIGN.md and STYLE.md §3:
-// for each package (prefix), the import prefixes it must never use.
+// for each package (prefix), the import prefixes it must never use. Every
+// package under internal/ (and cmd/internal/) must match one:
+// TestEveryInternalPackageHasARule.
 var importRules = []struct {
 	pkg        string
 	stdlibOnly bool
@@ -21,11 +28,63 @@ var importRules = []struct {
 }{
 	{pkg: module + "/internal/breaker", stdlibOnly: true},
 	{pkg: module + "/internal/keys", stdlibOnly: true},
+	{pkg: module + "/internal/logtest", stdlibOnly: true},
+	{pkg: module + "/cmd/internal/buildinfo", stdlibOnly: true},
+	// auth parses tokens and names roles: the server imports it, never the
+	// reverse, and it pulls in no Redis, RPC or metrics code.
+	{pkg: module + "/internal/auth", forbidden: append([]string{"github.com/redis/", "connectrpc.com/", "github.com/prometheus/", module + "/api/"}, serverSide...)},
+	// policy reads the policy file over internal/breaker's types.
+	{pkg: module + "/internal/policy", forbidden: append([]string{"github.com/redis/", "connectrpc.com/", "github.com/prometheus/", module + "/api/", module + "/internal/auth"}, serverSide...)},
 	{pkg: module + "/internal/store", forbidden: []string{"connectrpc.com/", module + "/api/", module + "/client", module + "/internal/server", module + "/internal/dashboard"}},
 	{pkg: module + "/api/", forbidden: []string{module + "/internal/", module + "/client", "github.com/redis/"}},
 	{pkg: module + "/client", forbidden: []string{module + "/internal/store", module + "/internal/server", module + "/internal/dashboard", "github.com/redis/", "github.com/bsm/redislock"}},
 	{pkg: module + "/internal/server", forbidden: []string{"github.com/redis/", module + "/client"}},
 	{pkg: module + "/internal/dashboard", forbidden: []string{module + "/internal/server", module + "/internal/store", "github.com/redis/"}},
+	// Test helpers (redistest, logtest, proctest, …) never reach the
+	// client library: its tests use them, and must not test it through
+	// itself.
+	{pkg: module + "/internal/redistest", forbidden: append([]string{module + "/internal/auth", module + "/internal/policy"}, serverSide...)},
+}
+
+// helperSuffix marks test-helper packages (internal/redistest,
+// internal/proctest, internal/servertest): they may import the server side
+// to build test servers, never cmd or the client.
+const helperSuffix = "test"
+
+// TestEveryInternalPackageHasARule: a new internal package must say where
+// it sits in the layering (a rule above, or the helper suffix).
+func TestEveryInternalPackageHasARule(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", module+"/internal/...", module+"/cmd/internal/...").Output()
+	require.NoError(t, err)
+	pkgs := strings.Fields(string(out))
+	require.NotEmpty(t, pkgs)
+	for _, p := range pkgs {
+		covered := strings.HasSuffix(p, helperSuffix)
+		for _, r := range importRules {
+			covered = covered || p == r.pkg || strings.HasPrefix(p, r.pkg+"/")
+		}
+		assert.True(t, covered, "%s has no import rule in test/imports_test.go", p)
+	}
+}
+
+// TestHelpersStayOffTheClient: test-helper packages never import the
+// client library.
+func TestHelpersStayOffTheClient(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/internal/...").Output()
+	require.NoError(t, err)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if !strings.HasSuffix(fields[0], helperSuffix) {
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if imp == module+"/client" || strings.HasPrefix(imp, module+"/client/") {
+				t.Errorf("test helper %s imports %s", fields[0], imp)
+			}
+		}
+	}
 }
 
 type listedPackage struct {
@@ -68,7 +127,8 @@ func TestImportDirections(t *testing.T) {
 	require.Greater(t, seen, 6, "the rules matched the packages")
 }
 
-// TestNothingImportsCmdOrTest keeps binaries and tests at the top.
+// TestNothingImportsCmdOrTest keeps binaries and tests at the top (the
+// binaries share cmd/internal/).
 func TestNothingImportsCmdOrTest(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").Output()
@@ -76,7 +136,9 @@ func TestNothingImportsCmdOrTest(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		for _, imp := range fields[1:] {
-			if strings.HasPrefix(imp, module+"/cmd/") || (imp == module+"/test" || strings.HasPrefix(imp, module+"/test/")) && !strings.HasPrefix(fields[0], module+"/test") {
+			// cmd/internal/ is shared by the binaries, and by them only.
+			sharedByCmd := strings.HasPrefix(imp, module+"/cmd/internal/") && strings.HasPrefix(fields[0], module+"/cmd/")
+			if strings.HasPrefix(imp, module+"/cmd/") && !sharedByCmd || (imp == module+"/test" || strings.HasPrefix(imp, module+"/test/")) && !strings.HasPrefix(fields[0], module+"/test") {
 				t.Errorf("%s imports %s", fields[0], imp)
 			}
 		}
