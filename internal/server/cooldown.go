@@ -100,8 +100,8 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	if err != nil {
 		return nil, err
 	}
-	if st := m.GetHttpStatus(); st != 0 && (st < 100 || st > 999) {
-		return nil, errInvalid("http_status", "must be 0 or an HTTP status code (100-999), got %d", st)
+	if st := m.GetHttpStatus(); st != 0 && (st < MinHTTPStatus || st > MaxHTTPStatus) {
+		return nil, errInvalid("http_status", "must be 0 or an HTTP status code (%d-%d), got %d", MinHTTPStatus, MaxHTTPStatus, st)
 	}
 	if err := checkCode("error_code", m.GetErrorCode()); err != nil {
 		return nil, err

@@ -11,10 +11,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/server"
 )
 
@@ -336,6 +338,59 @@ func TestBadRequestDetails(t *testing.T) {
 			assert.Equal(t, tt.field, violations[0].GetField())
 			assert.NotEmpty(t, violations[0].GetDescription())
 			assert.Contains(t, ce.Message(), violations[0].GetDescription())
+		})
+	}
+}
+
+// TestGetConnectionPolicy: GetConnection shows the policy in effect for
+// the connection: the store's, or the one PolicyFor picks by its label.
+func TestGetConnectionPolicy(t *testing.T) {
+	t.Parallel()
+	special := fastPolicy()
+	special.ConsecutiveFailures, special.RateLimitDefault, special.QuotaBlock = 0, 0, 90*time.Second
+	e := newEnv(t, withServer(func(o *server.Options) {
+		o.PolicyFor = func(tenant, label string) breaker.Policy {
+			if label == "special" {
+				return special
+			}
+			return fastPolicy()
+		}
+	}))
+	plain := newEnv(t)
+	tests := []struct {
+		name  string
+		e     *env
+		label string
+		want  *cooldownv1.Policy
+	}{
+		{"the store's policy", plain, "", &cooldownv1.Policy{
+			ConsecutiveFailures: 3, FailureRate: 0.5, MinCalls: 4, Window: durationpb.New(time.Second),
+			OpenBase: durationpb.New(100 * time.Millisecond), OpenMax: durationpb.New(1600 * time.Millisecond),
+			RateLimitCooldown: durationpb.New(50 * time.Millisecond), OverloadFloor: durationpb.New(200 * time.Millisecond),
+			QuotaBlock: durationpb.New(1500 * time.Millisecond), AuthBlock: durationpb.New(time.Second), MaxProbes: 1,
+			LeaseTtl: durationpb.New(300 * time.Millisecond),
+		}},
+		{"by label; rules that are off are unset", e, "special", &cooldownv1.Policy{
+			FailureRate: 0.5, MinCalls: 4, Window: durationpb.New(time.Second),
+			OpenBase: durationpb.New(100 * time.Millisecond), OpenMax: durationpb.New(1600 * time.Millisecond),
+			OverloadFloor: durationpb.New(200 * time.Millisecond), QuotaBlock: durationpb.New(90 * time.Second),
+			AuthBlock: durationpb.New(time.Second), MaxProbes: 1, LeaseTtl: durationpb.New(300 * time.Millisecond),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			id := newID()
+			c := tt.e.cooldown()
+			_, err := c.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
+				Connection: &cooldownv1.Connection{Id: id, Label: tt.label}, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS,
+			}))
+			require.NoError(t, err)
+			res, err := c.GetConnection(t.Context(), connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id}))
+			require.NoError(t, err)
+			assert.True(t, res.Msg.GetFound())
+			assert.Empty(t, res.Msg.GetConnection().GetTenant(), "auth off: one tenant, not named")
+			assert.True(t, proto.Equal(tt.want, res.Msg.GetPolicy()), "got %v", res.Msg.GetPolicy())
 		})
 	}
 }

@@ -34,6 +34,9 @@ const (
 	MaxHistoryLimit = 50
 	// MaxBatch is the most successes one report may stand for.
 	MaxBatch = 1_000_000
+	// MinHTTPStatus and MaxHTTPStatus bound a reported HTTP status (0: none).
+	MinHTTPStatus = 100
+	MaxHTTPStatus = 999
 	// MaxOverride is the longest timed override.
 	MaxOverride = 30 * 24 * time.Hour
 )

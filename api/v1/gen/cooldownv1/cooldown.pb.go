@@ -1895,7 +1895,10 @@ type WatchConnectionsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The connection's state after the change.
 	Connection *ConnectionState `protobuf:"bytes,1,opt,name=connection,proto3" json:"connection,omitempty"`
-	// The transition that caused it; unset for snapshot entries.
+	// The transition that caused it; unset for snapshot entries, and for the
+	// current connections of a tenant that appeared after an every-tenant
+	// (operator) watch began: those are sent, with snapshot=false, as soon as
+	// the stream joins the new tenant (within a heartbeat interval).
 	Transition *Transition `protobuf:"bytes,2,opt,name=transition,proto3" json:"transition,omitempty"`
 	// Whether this entry is part of the initial snapshot.
 	Snapshot      bool `protobuf:"varint,3,opt,name=snapshot,proto3" json:"snapshot,omitempty"`

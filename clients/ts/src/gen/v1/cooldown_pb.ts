@@ -937,7 +937,10 @@ export type WatchConnectionsResponse = Message<"cooldown.v1.WatchConnectionsResp
   connection?: ConnectionState | undefined;
 
   /**
-   * The transition that caused it; unset for snapshot entries.
+   * The transition that caused it; unset for snapshot entries, and for the
+   * current connections of a tenant that appeared after an every-tenant
+   * (operator) watch began: those are sent, with snapshot=false, as soon as
+   * the stream joins the new tenant (within a heartbeat interval).
    *
    * @generated from field: cooldown.v1.Transition transition = 2;
    */
