@@ -90,6 +90,8 @@ func (w *world) step(ctx context.Context, k int) string {
 	w.nonce = "n" + strconv.Itoa(k)
 	w.jitter = w.rng.Int64N(1_000_000)
 	switch op := w.rng.IntN(100); {
+	case op < 8:
+		return w.admitFirst(ctx)
 	case op < 30:
 		got, err := w.st.Admit(ctx, c)
 		require.NoError(w.t, err)
@@ -177,6 +179,49 @@ func (w *world) step(ctx context.Context, k int) string {
 		w.advance(d)
 		return fmt.Sprintf("advance %d", d)
 	}
+}
+
+// admitFirst admits both connections as candidates, in a random order,
+// against the model's Admit of each in turn up to the first admitted one
+// (on a Cluster their slots differ: the pipelined rounds).
+func (w *world) admitFirst(ctx context.Context) string {
+	order := []int{0, 1}
+	if w.rng.IntN(2) == 0 {
+		order = []int{1, 0}
+	}
+	cands := []store.Conn{w.conns[order[0]], w.conns[order[1]]}
+	idx, got, err := w.st.AdmitFirst(ctx, cands)
+	require.NoError(w.t, err)
+	wantIdx := 0
+	var want []breaker.Verdict
+	for j, i := range order {
+		v, evs := w.model[i].Admit(w.policy, w.now, w.nonce)
+		w.events[i] = append(w.events[i], evs...)
+		want = append(want, v)
+		desc := fmt.Sprintf("admit first %v: candidate %d → %+v", order, j, v)
+		require.Greater(w.t, len(got), j, desc)
+		require.Equal(w.t, shapes(evs), shapes(got[j].Events), desc)
+		require.Equal(w.t, v.Decision, got[j].Decision, desc)
+		require.Equal(w.t, v.Reason, got[j].Reason, desc)
+		require.Equal(w.t, v.Revision, got[j].Revision, desc)
+		require.Equal(w.t, v.Phase, got[j].Phase, desc)
+		require.Equal(w.t, v.RetryAfter, got[j].RetryAfter, desc)
+		if v.Lease != nil {
+			require.Equal(w.t, v.Lease.Token, got[j].LeaseToken, desc)
+			w.tokens[i] = append(w.tokens[i], got[j].LeaseToken)
+		}
+		if v.Decision != breaker.Deny {
+			wantIdx = j
+			break
+		}
+		if v.RetryAfter < want[wantIdx].RetryAfter {
+			wantIdx = j
+		}
+	}
+	desc := fmt.Sprintf("admit first %v → %+v", order, want)
+	require.Len(w.t, got, len(want), desc)
+	require.Equal(w.t, wantIdx, idx, desc)
+	return desc
 }
 
 // check compares the store's view of every connection with the model's.
