@@ -195,10 +195,13 @@ func (h *redisHealth) observe(ctx context.Context, d time.Duration, err error) {
 	}
 }
 
+// isNetworkOrTimeout: Redis could not be reached or did not answer in
+// time. A closed client (redis.ErrClosed) is this process shutting down,
+// not Redis.
 func isNetworkOrTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) || errors.Is(err, io.EOF) ||
-		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, redis.ErrClosed) || strings.Contains(err.Error(), "connection pool")
+		errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "connection pool")
 }
 
 func (h *redisHealth) move(to healthState, d time.Duration, err error) {
@@ -218,6 +221,7 @@ func (h *redisHealth) move(to healthState, d time.Duration, err error) {
 		return
 	}
 	h.state, h.since, h.fast = to, now, 0
+	d, lasted = measured(d), measured(lasted)
 	switch {
 	case to == healthDown:
 		h.log.Warn("redis unreachable: requests answer unavailable and clients decide locally until it is back",
@@ -252,4 +256,13 @@ func (k healthHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		k.h.observe(ctx, k.h.now().Sub(start), err)
 		return err
 	}
+}
+
+// measured rounds a measured duration for people: to the millisecond, or
+// the microsecond below one millisecond.
+func measured(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d.Round(time.Microsecond)
+	}
+	return d.Round(time.Millisecond)
 }

@@ -13,6 +13,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -54,6 +55,9 @@ func run(ctx context.Context, args []string, env environ, stdout, stderr io.Writ
 		return nil
 	}
 	log := newLogger(cfg, stderr)
+	// Packages that log through slog's default (the store's sweeper and
+	// watch hub) write in the chosen format too.
+	slog.SetDefault(log)
 	// go-redis's own lines (pool dial failures, topology changes) become
 	// structured records of this logger. The logger is process-wide in
 	// go-redis: the last run in a process wins.
