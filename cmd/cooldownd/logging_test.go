@@ -136,6 +136,11 @@ func TestRedisHealth(t *testing.T) {
 			"INFO redis reachable again unreachable_for=2m",
 		}},
 		{"the caller's own cancel says nothing", []step{{took: time.Millisecond, err: context.Canceled, ctx: canceled}}, nil},
+		{"a client closed at shutdown says nothing", []step{ok(0), {took: time.Microsecond, err: redis.ErrClosed}}, nil},
+		{"durations are rounded", []step{down(0), ok(4592345678 * time.Nanosecond)}, []string{
+			"WARN redis unreachable: requests answer unavailable and clients decide locally until it is back err=dial tcp: connect: connection refused",
+			"INFO redis reachable again unreachable_for=4.592s",
+		}},
 		{"slow, then fast for five answers", []step{slow(0), slow(time.Second), ok(time.Second), ok(0), ok(0), ok(0), slow(0), ok(0), ok(0), ok(0), ok(0), ok(time.Second)}, []string{
 			"WARN redis slow took=150ms",
 			"INFO redis fast again slow_for=3s",
