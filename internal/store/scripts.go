@@ -110,13 +110,14 @@ const once = true
 // luaScript is a script run with EVALSHA, and with EVAL once after a
 // NOSCRIPT (a Redis that restarted or failed over to a replica without the
 // script cache). A script run once is never resent by go-redis after it
-// may have reached Redis: go-redis retries a command whose reply timed out
-// or whose connection broke (MaxRetries, and the Cluster client's
-// redirects), and a script that ran but whose reply was lost would then be
-// applied twice (a report counted twice, a second probe lease while the
-// first is orphaned until its TTL, two revisions for one override). A
-// command that never left the client is still retried (go-redis's own
-// pre-write rule). The caller sees the error and decides (decision 0023).
+// may have reached Redis: go-redis (MaxRetries, and the Cluster client's
+// own retries) resends a command whose connection broke after it was
+// written (io.EOF, a reset), and a script that ran but whose reply was
+// lost would then be applied twice (a report counted twice, a second
+// probe lease while the first is orphaned until its TTL, two revisions for
+// one override). A command that never left the client is still retried
+// (go-redis's own pre-write rule). The caller sees the error, wrapped in
+// [ErrUnavailable], and decides (decision 0023).
 type luaScript struct {
 	src, sha string
 	once     bool
