@@ -228,18 +228,20 @@ func TestOperatorWatchesEveryTenant(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = stream.Close() })
 	recv := make(chan *cooldownv1.WatchConnectionsResponse, 64)
+	var streamErr error // set before recv closes
 	go func() {
 		defer close(recv)
 		for stream.Receive() {
 			recv <- stream.Msg()
 		}
+		streamErr = stream.Err()
 	}()
 	next := func(skipHeartbeats bool) *cooldownv1.WatchConnectionsResponse {
 		t.Helper()
 		for {
 			select {
 			case m, ok := <-recv:
-				require.True(t, ok, "the watch ended: %v", stream.Err())
+				require.True(t, ok, "the watch ended: %v", streamErr)
 				if skipHeartbeats && m.GetConnection() == nil {
 					continue
 				}
