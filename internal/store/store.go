@@ -38,7 +38,10 @@ type Options struct {
 	// policy it returns must be valid, and MaxProbes must not depend on
 	// the label.
 	PolicyFor func(tenant, label string) breaker.Policy
-	// IdleTTL is how long an untouched connection's keys live (zero: 24 h).
+	// IdleTTL is how long an untouched connection's keys live (zero: 24 h):
+	// at least this long after its last write. A healthy connection's
+	// successes refresh it only when less than IdleTTL is left, to 9/8 of
+	// it (report_fast.lua), so its keys may live up to 9/8 IdleTTL.
 	IdleTTL time.Duration
 	// History is how many transitions each connection keeps (zero: 50).
 	History int
