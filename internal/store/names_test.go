@@ -71,3 +71,55 @@ func TestLuaConstantsMatchTheModel(t *testing.T) {
 	}, luaTable(t, src, "OVERRIDE"))
 	assert.Contains(t, src, "MAX_COUNT, MAX_REOPENS = "+strconv.Itoa(breaker.MaxCount)+", "+strconv.Itoa(breaker.MaxReopens))
 }
+
+// TestFastPathsUseThePreludesNames holds the fast paths, which run before
+// the prelude and so repeat some of its names, to it: every field they
+// read or write is one of HASH_FIELDS (or EXPIRES_AT), and their numbers
+// are the model's.
+func TestFastPathsUseThePreludesNames(t *testing.T) {
+	t.Parallel()
+	read := func(name string) string {
+		b, err := os.ReadFile("lua/" + name)
+		require.NoError(t, err)
+		return string(b)
+	}
+	prelude := read("prelude.lua")
+	m := regexp.MustCompile(`(?s)local HASH_FIELDS = \{(.*?)\}`).FindStringSubmatch(prelude)
+	require.NotNil(t, m)
+	fields := map[string]bool{}
+	for _, f := range regexp.MustCompile(`'([a-z]+)'`).FindAllStringSubmatch(m[1], -1) {
+		fields[f[1]] = true
+	}
+	require.Contains(t, prelude, "local EXPIRES_AT = 'xp'")
+	fields["xp"] = true
+	writes := 0
+	for _, name := range []string{"admit_fast.lua", "report_fast.lua"} {
+		src := read(name)
+		calls := regexp.MustCompile(`redis\.call\('(HMGET|HGET)', [A-Za-z0-9_\[\] *+-]+, ([^)]*)\)`).FindAllStringSubmatch(src, -1)
+		require.NotEmpty(t, calls, name)
+		for _, c := range calls {
+			for _, f := range regexp.MustCompile(`'([a-z]+)'`).FindAllStringSubmatch(c[2], -1) {
+				assert.True(t, fields[f[1]], "%s reads %q, not a field of the prelude", name, f[1])
+			}
+		}
+		for _, f := range regexp.MustCompile(`w\[n - 1\], w\[n\] = '([a-z]+)'`).FindAllStringSubmatch(src, -1) {
+			assert.True(t, fields[f[1]], "%s writes %q, not a field of the prelude", name, f[1])
+			writes++
+		}
+	}
+	assert.Equal(t, 8, writes, "report_fast.lua's writes: sc cf ls lo le lb wcc xp")
+	fast := read("report_fast.lua")
+	// The window's rotation and the time of the update, written as one.
+	assert.Contains(t, fast, "'ws', string.format('%d', start), 'wpc', pc, 'wpf', pf, 'wcf', '0'")
+	assert.Contains(t, fast, "local w, n = {'uat', string.format('%d', now)}, 2")
+	for _, f := range []string{"ws", "wpc", "wpf", "wcf", "uat"} {
+		assert.True(t, fields[f], f)
+	}
+	assert.Contains(t, fast, "local CLOSED, NO_OVERRIDE, SUCCESS, APPLIED, MAX_COUNT = '"+
+		strconv.Itoa(int(breaker.Closed))+"', '"+strconv.Itoa(int(breaker.NoOverride))+"', '"+
+		strconv.Itoa(int(breaker.OutcomeSuccess))+"', 1, "+strconv.Itoa(breaker.MaxCount))
+	admit := read("admit_fast.lua")
+	assert.Contains(t, admit, "local CLOSED, OPEN, NO_OVERRIDE = "+strconv.Itoa(int(breaker.Closed))+", "+
+		strconv.Itoa(int(breaker.Open))+", "+strconv.Itoa(int(breaker.NoOverride)))
+	assert.Contains(t, admit, "local ALLOW, DENY = "+strconv.Itoa(int(breaker.Allow))+", "+strconv.Itoa(int(breaker.Deny)))
+}
