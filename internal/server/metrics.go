@@ -281,6 +281,8 @@ func (s *Server) accessLog(ctx context.Context, procedure, code string, took tim
 		tenant := ci.who.Tenant
 		if r, ok := req.(interface{ GetTenant() string }); ok && r.GetTenant() != "" {
 			tenant = r.GetTenant()
+		} else if ci.who.AllTenants() {
+			tenant = "*" // an operator's read of every tenant
 		}
 		attrs = append(attrs, slog.String("tenant", tenant), slog.String("actor", ci.who.Name))
 	}

@@ -3,7 +3,9 @@ package server_test
 import (
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/logtest"
 	"github.com/cooldownd/cooldownd/internal/server"
 )
 
@@ -395,4 +398,31 @@ func TestGetConnectionPolicy(t *testing.T) {
 			assert.True(t, proto.Equal(tt.want, res.Msg.GetPolicy()), "got %v", res.Msg.GetPolicy())
 		})
 	}
+}
+
+// TestAccessLogNamesTheTenant: the debug access line names the tenant a
+// call read: the caller's, the one an operator named, or * for every
+// tenant; refused calls are logged with their code.
+func TestAccessLogNamesTheTenant(t *testing.T) {
+	t.Parallel()
+	var logs logtest.Buffer
+	e := newOperatorEnv(t, withServer(func(o *server.Options) {
+		o.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}))
+	ops := e.cooldownAs("ops")
+	_, err := ops.ListConnections(t.Context(), connect.NewRequest(&cooldownv1.ListConnectionsRequest{}))
+	require.NoError(t, err)
+	_, err = ops.ListConnections(t.Context(), connect.NewRequest(&cooldownv1.ListConnectionsRequest{Tenant: "tenant-b"}))
+	require.NoError(t, err)
+	_, err = e.cooldownAs("a-viewer").ListConnections(t.Context(), connect.NewRequest(&cooldownv1.ListConnectionsRequest{}))
+	require.NoError(t, err)
+	_, err = ops.Admit(t.Context(), admitReq(newID()))
+	require.Error(t, err)
+	var got []string
+	for _, r := range logs.Find("rpc") {
+		if strings.HasSuffix(r.Str("procedure"), "/ListConnections") || r.Str("code") != "ok" {
+			got = append(got, r.Str("tenant")+" "+r.Str("actor")+" "+r.Str("code"))
+		}
+	}
+	assert.Equal(t, []string{"* sre ok", "tenant-b sre ok", "tenant-a a-viewer ok", "* sre permission_denied"}, got)
 }
