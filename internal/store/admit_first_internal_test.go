@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -230,8 +231,13 @@ func hooked(t *testing.T, rdb redis.UniversalClient, r *rounds) redis.UniversalC
 
 func clusterAddrs(t *testing.T, c *redis.ClusterClient) []string {
 	t.Helper()
-	var addrs []string
+	var (
+		mu    sync.Mutex // ForEachMaster calls fn concurrently
+		addrs []string
+	)
 	require.NoError(t, c.ForEachMaster(context.Background(), func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
 		addrs = append(addrs, m.Options().Addr)
 		return nil
 	}))
