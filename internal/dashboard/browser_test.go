@@ -43,7 +43,7 @@ func chromium(t *testing.T) string {
 // browser starts a headless chromium bound to the test and returns a tab.
 // Console messages and page exceptions go to the test log; an uncaught
 // exception fails the test.
-func browser(t *testing.T) context.Context {
+func browser(t *testing.T, width int64) context.Context {
 	t.Helper()
 	bin := chromium(t)
 	dir := t.TempDir()
@@ -60,7 +60,7 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.NoFirstRun,
 		chromedp.UserDataDir(filepath.Join(dir, "profile")),
-		chromedp.WindowSize(1280, 800),
+		chromedp.WindowSize(int(width), 900),
 		chromedp.Env("TMPDIR="+tmp),
 		chromedp.CombinedOutput(&out),
 	)
@@ -76,6 +76,7 @@ func browser(t *testing.T) context.Context {
 	start := time.Now()
 	require.NoError(t, chromedp.Do(ctx), "start chromium")
 	t.Logf("chromium started in %v", time.Since(start).Round(time.Millisecond))
+	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(width, 900)))
 
 	var mu sync.Mutex
 	var exceptions []string
@@ -112,6 +113,12 @@ func eval[T any](t *testing.T, ctx context.Context, expr string) T {
 // and returns how long that took.
 func waitFor(t *testing.T, ctx context.Context, what, expr string) time.Duration {
 	t.Helper()
+	return waitWithin(t, ctx, maxWait, what, expr)
+}
+
+// waitWithin is waitFor with its own bound.
+func waitWithin(t *testing.T, ctx context.Context, maxWait time.Duration, what, expr string) time.Duration {
+	t.Helper()
 	start := time.Now()
 	_, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(maxWait), chromedp.WithPollingInterval(20*time.Millisecond)))
 	if err != nil {
@@ -131,6 +138,24 @@ func act(t *testing.T, ctx context.Context, steps ...chromedp.Action[chromedp.Vo
 
 func rowSel(id []byte) string { return `tr[data-id="` + hex.EncodeToString(id) + `"]` }
 
+// text is a JavaScript expression: the text of the first element matching
+// a CSS selector ("" when none does).
+func text(sel string) string {
+	return `((document.querySelector('` + sel + `') || {}).textContent || '')`
+}
+
+// widths are the layouts the dashboard is tested at: a phone and a desktop.
+var widths = []int64{390, 1440}
+
+// noOverflow checks the page fits its width (no sideways scrolling) at the
+// width the test runs at.
+func noOverflow(t *testing.T, ctx context.Context, where string) {
+	t.Helper()
+	w := eval[int](t, ctx, `window.innerWidth`)
+	sw := eval[int](t, ctx, `document.documentElement.scrollWidth`)
+	assert.LessOrEqual(t, sw, w, "%s: the page is %d px wide in a %d px window", where, sw, w)
+}
+
 // rowState is a JavaScript expression: the state shown in the row of id.
 func rowState(id []byte) string {
 	return `(document.querySelector('` + rowSel(id) + `') || {dataset: {}}).dataset.state`
@@ -142,7 +167,13 @@ func rowState(id []byte) string {
 // buttons.
 func TestDashboardInBrowser(t *testing.T) {
 	t.Parallel()
-	ctx := browser(t)
+	for _, w := range widths {
+		t.Run(fmt.Sprintf("%dpx", w), func(t *testing.T) { dashboardAt(t, w) })
+	}
+}
+
+func dashboardAt(t *testing.T, width int64) {
+	ctx := browser(t, width)
 	srv := newLiveServer(t, testAuth(t))
 	app, _ := srv.client(clientToken)
 	_, adminAPI := srv.client(adminToken)
@@ -186,7 +217,20 @@ func TestDashboardInBrowser(t *testing.T) {
 	assert.Equal(t, "admin", eval[string](t, ctx, `document.querySelector('.chip.role-admin').textContent`))
 	assert.Equal(t, "open", eval[string](t, ctx, rowState(forced)))
 	assert.Contains(t, eval[string](t, ctx, `document.querySelector('`+rowSel(forced)+` .c-state').textContent`), "forced")
-	assert.Equal(t, "quota", eval[string](t, ctx, `document.querySelector('`+rowSel(quota)+` .c-cause').textContent`))
+	// Each row says why, in words.
+	assert.Equal(t, "quota", eval[string](t, ctx, text(rowSel(quota)+` .c-why .cause`)))
+	waitFor(t, ctx, "the quota row explains itself", text(rowSel(quota)+` .c-why .why-text`)+` === 'quota exhausted from a 429 (insufficient_quota): blocked 1h 00m'`)
+	assert.Equal(t, "forced open by an operator", eval[string](t, ctx, text(rowSel(forced)+` .c-why .why-text`)))
+	// Severity order by default: open (quota before a rate limit), then
+	// forced, then healthy.
+	order := eval[[]string](t, ctx, `[...document.querySelectorAll('#rows tr')].map(r => r.dataset.id)`)
+	require.Len(t, order, rows)
+	assert.Equal(t, hex.EncodeToString(quota), order[0], "an exhausted quota is the most severe")
+	// Admin actions live in the detail view only.
+	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('#rows [data-action]').length`))
+	// No tenant column for one tenant.
+	assert.Equal(t, "none", eval[string](t, ctx, `getComputedStyle(document.querySelector('`+rowSel(quota)+` .c-tenant')).display`))
+	noOverflow(t, ctx, "the table")
 	// The token stays in this tab's sessionStorage, never in the page.
 	assert.Equal(t, adminToken, eval[string](t, ctx, `sessionStorage.getItem('cooldownd.token')`))
 	assert.NotContains(t, eval[string](t, ctx, `document.documentElement.outerHTML`), adminToken)
@@ -209,23 +253,99 @@ func TestDashboardInBrowser(t *testing.T) {
 	t.Logf("open shown %v after the report", took.Round(time.Millisecond))
 	assert.Less(t, took, time.Second, "updates within one second of a state change")
 	assert.Equal(t, 1, eval[int](t, ctx, `window.__sameDocument`), "no reload")
-	assert.Equal(t, "rate limit", eval[string](t, ctx, `document.querySelector('`+rowSel(target)+` .c-cause').textContent`))
+	assert.Equal(t, "rate limit", eval[string](t, ctx, text(rowSel(target)+` .c-why .cause`)))
 	left := `document.querySelector('` + rowSel(target) + ` .c-left').textContent`
 	first := eval[string](t, ctx, left)
 	require.Regexp(t, `^[23]\ds$`, first)
 	waitFor(t, ctx, "time left counts down", left+` !== '`+first+`'`)
 
+	assert.Equal(t, "Retry-After 30s from a 429", eval[string](t, ctx, text(rowSel(target)+` .c-why .why-text`)))
+
+	// A breaker trip: the page sees the consecutive failures build up, then
+	// says which rule tripped.
+	const breakerLabel = "mistral large …8b1e"
+	breaker := newID(t)
+	report(rctx, t, app, breaker, breakerLabel, cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 502, "", 0)
+	waitFor(t, ctx, "the page sees the first failure", text(rowSel(breaker)+` .c-why .why-text`)+`.startsWith('1 ')`)
+	for i := range 3 {
+		report(rctx, t, app, breaker, breakerLabel, cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 502+uint32(i%2), "", 0)
+	}
+	waitFor(t, ctx, "the row counts toward the trip", text(rowSel(breaker)+` .c-why .why-text`)+` === '4 of 5 consecutive failures to trip'`)
+	report(rctx, t, app, breaker, breakerLabel, cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 503, "", 0)
+	waitFor(t, ctx, "the row says why it tripped", rowState(breaker)+` === 'open' && `+text(rowSel(breaker)+` .c-why .why-text`)+`.startsWith('5 consecutive failures, open ')`)
+	assert.Contains(t, eval[string](t, ctx, text(rowSel(breaker)+` .c-why .why-text`)), "(last: 503)")
+
+	// The detail view: why, the effective policy, the timeline this page
+	// built, and the actions; ids fit on a line at any width.
+	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(breaker)+` .c-label`)))
+	waitFor(t, ctx, "the detail view with its policy", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('5 consecutive failures')`)
+	assert.Contains(t, eval[string](t, ctx, text(`#detail-why`)), "Open: 5 consecutive failures")
+	pol := eval[string](t, ctx, `document.getElementById('detail-policy').innerText`)
+	assert.Contains(t, pol, "≥ 50 % failures over 1m, once 20 calls")
+	assert.Contains(t, pol, "10s, doubling to 5m")
+	assert.Contains(t, eval[string](t, ctx, text(`#timeline-note`)), "since this page opened")
+	events := eval[string](t, ctx, `document.getElementById('detail-events').innerText`)
+	assert.Contains(t, events, "closed → open (breaker) after a 503 transient failure")
+	assert.Contains(t, events, "first seen by this page: closed")
+	assert.Positive(t, eval[int](t, ctx, `document.querySelectorAll('#detail-timeline rect.bar.fail').length`), "failures drawn")
+	assert.Positive(t, eval[int](t, ctx, `document.querySelectorAll('#detail-timeline rect.band.st-open').length`), "the open period drawn")
+	idBox := `document.querySelector('#detail-fields dd.id').getBoundingClientRect()`
+	assert.Less(t, eval[float64](t, ctx, idBox+`.height`), 60.0, "the id wraps on a few lines, not one character per line")
+	assert.Greater(t, eval[float64](t, ctx, idBox+`.width`), 150.0)
+	noOverflow(t, ctx, "the detail view")
+	// Force closed offers a default duration.
+	act(t, ctx, chromedp.Click(chromedp.CSS(`#detail-actions button[data-action="force-closed"]`)))
+	waitFor(t, ctx, "the force-closed confirmation", `document.getElementById('confirm').open`)
+	assert.Equal(t, "900s", eval[string](t, ctx, `document.getElementById('confirm-for').value`), "15 minutes by default")
+	act(t, ctx, chromedp.Click(chromedp.ID("confirm-cancel")))
+	waitFor(t, ctx, "the confirmation closes", `!document.getElementById('confirm').open`)
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
+
+	// The server unreachable: unmistakable. Rows greyed, countdowns stopped,
+	// actions disabled; back to live when it answers.
+	srv.stop()
+	waitFor(t, ctx, "the page says the server is unreachable", `document.body.classList.contains('offline') && !document.getElementById('offline').hidden`)
+	assert.Less(t, eval[float64](t, ctx, `parseFloat(getComputedStyle(document.querySelector('`+rowSel(target)+`')).opacity)`), 0.6, "rows greyed")
+	frozen := eval[string](t, ctx, left)
+	// Let the page's own clock run for several of its ticks (200 ms each),
+	// counted in the page, not by the test's clock.
+	eval[int](t, ctx, `(window.__ticks = 0, window.__tickTimer = setInterval(() => window.__ticks++, 100), 0)`)
+	waitFor(t, ctx, "the page's clock runs on", `window.__ticks >= 12`)
+	assert.Equal(t, frozen, eval[string](t, ctx, left), "the countdown stopped")
+	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(target)+` .c-label`)))
+	waitFor(t, ctx, "the detail view opens offline", `document.getElementById('detail').open && document.querySelectorAll('#detail-actions button').length >= 3`)
+	assert.True(t, eval[bool](t, ctx, `[...document.querySelectorAll('#detail-actions button')].every(b => b.disabled)`), "actions disabled")
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
+	srv.start()
+	// The watch reconnects with backoff (up to 10 s): a longer wait.
+	waitWithin(t, ctx, 20*time.Second, "back online", `!document.body.classList.contains('offline') && document.getElementById('live').dataset.state === 'up'`)
+	waitFor(t, ctx, "the countdown runs again", left+` !== '`+frozen+`'`)
+
 	// The screenshot: for debugging, and for the docs when asked.
 	shot, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(filepath.Join(t.TempDir(), "dashboard.png"), shot, 0o600))
-	if os.Getenv("UPDATE_SCREENSHOT") == "1" {
+	if dir := os.Getenv("DASHBOARD_SCREENSHOTS"); dir != "" { // to look at both layouts
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("dashboard-%d.png", width)), shot, 0o644))
+		act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(breaker)+` .c-label`)))
+		waitFor(t, ctx, "the detail view for the screenshot", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('consecutive')`)
+		detail, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("detail-%d.png", width)), detail, 0o644))
+		act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+		waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
+	}
+	if os.Getenv("UPDATE_SCREENSHOT") == "1" && width == 1440 {
 		require.NoError(t, os.WriteFile(filepath.Join("..", "..", "docs", "img", "dashboard.png"), shot, 0o644))
 		t.Log("wrote docs/img/dashboard.png")
 	}
 
-	// Reset as admin, through the confirmation.
-	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(target)+` button[data-action="reset"]`)))
+	// Reset as admin, from the detail view, through the confirmation.
+	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(target)+` .c-label`)))
+	waitFor(t, ctx, "the detail view opens", `document.getElementById('detail').open && !!document.querySelector('#detail-actions button[data-action="reset"]:not([disabled])')`)
+	act(t, ctx, chromedp.Click(chromedp.CSS(`#detail-actions button[data-action="reset"]`)))
 	waitFor(t, ctx, "the confirmation opens", `document.getElementById('confirm').open`)
 	assert.Equal(t, "open", eval[string](t, ctx, rowState(target)), "nothing happens before confirming")
 	act(t, ctx, chromedp.SendKeys(chromedp.ID("confirm-reason"), "browser test"),
@@ -234,6 +354,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	// The live stream may update the row before the Reset call itself
 	// returns and closes the dialog: wait for both.
 	waitFor(t, ctx, "the confirmation closes", `!document.getElementById('confirm').open`)
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
 	cd, _ := srv.client(viewerToken)
 	got, err := cd.GetConnection(rctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: target, HistoryLimit: 1}))
 	require.NoError(t, err)
@@ -252,6 +374,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	assert.Contains(t, hist, "ops-admin: browser test")
 	assert.Contains(t, hist, "closed → open")
 	assert.Contains(t, hist, "rate limit")
+	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-events').innerText`), "open → closed (reset) by ops-admin: browser test")
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
 	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
 
@@ -271,7 +394,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitFor(t, ctx, "a client token is refused", `document.getElementById('login-error').textContent.includes('viewer or admin')`)
 	act(t, ctx, chromedp.SendKeys(chromedp.ID("token-input"), viewerToken),
 		chromedp.Click(chromedp.ID("token-submit")))
-	waitFor(t, ctx, "the viewer's table", fmt.Sprintf(`document.querySelectorAll('#rows tr').length === %d && !!document.querySelector('.chip.role-viewer')`, rows))
+	waitFor(t, ctx, "the viewer's table", fmt.Sprintf(`document.querySelectorAll('#rows tr').length === %d && !!document.querySelector('.chip.role-viewer')`, rows+1))
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('[data-action]').length`), "no admin buttons for a viewer")
 	assert.False(t, eval[bool](t, ctx, `document.body.classList.contains('is-admin')`))
 	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(target)+` .c-label`)))
@@ -283,7 +406,7 @@ func TestDashboardInBrowser(t *testing.T) {
 // connections, and the curl that sends a first Admit.
 func TestDashboardEmptyState(t *testing.T) {
 	t.Parallel()
-	ctx := browser(t)
+	ctx := browser(t, 1440)
 	srv := newLiveServer(t, nil)
 	act(t, ctx, chromedp.Navigate(srv.URL()+"/"))
 	waitFor(t, ctx, "the empty state", `!document.getElementById('empty').hidden`)
@@ -300,7 +423,11 @@ func TestDashboardEmptyState(t *testing.T) {
 	report(t.Context(), t, app, id, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, "", 30*time.Second)
 	waitFor(t, ctx, "the first row", rowState(id)+` === 'open'`)
 	assert.True(t, eval[bool](t, ctx, `document.getElementById('empty').hidden`))
-	assert.Equal(t, 3, eval[int](t, ctx, `document.querySelectorAll('`+rowSel(id)+` [data-action]').length`))
+	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('`+rowSel(id)+` [data-action]').length`), "actions are in the detail view")
+	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(id)+` .c-label`)))
+	waitFor(t, ctx, "the admin's actions in the detail view", `document.querySelectorAll('#detail-actions [data-action]').length === 3`)
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
 
 	// Filter and sort.
 	other := newID(t)

@@ -8,6 +8,13 @@
 //
 // Data from the server is only ever put in the page with textContent, never
 // as HTML: labels come from applications.
+//
+// Each row says why the connection is in its state, from its ConnectionState
+// (cause, counters, last HTTP status, the open period) and, once fetched, its
+// effective policy (GetConnection). The per-connection timeline is built in
+// this browser from what the page has seen since it opened (the watch stream's
+// transitions and the counters of each re-read), as Hystrix's rolling view is
+// built from its stream; the server keeps only the transitions.
 'use strict';
 
 (() => {
@@ -17,14 +24,20 @@
   const STALL_MS = 45000; // three missed 15 s heartbeats
   const MAX_MESSAGE = 4 << 20;
   const TICK_MS = 200;
+  const TIMELINE_MS = 10 * 60 * 1000; // the strip covers the last 10 minutes
+  const TIMELINE_BUCKETS = 40; // of 15 s each
+  const MAX_EVENTS = 300; // per connection, oldest dropped first
+  const POLICY_FETCHES = 4; // GetConnection calls for policies at once
+  // Force closed ignores every failure: it ends by itself unless asked.
+  const DEFAULT_FORCE_CLOSED = '900s';
 
   const $ = (id) => document.getElementById(id);
 
   const state = {
     me: null,
-    rows: new Map(), // id hex -> {m: model, el: <tr>, seen: gen, dirty: bool}
+    rows: new Map(), // key (tenant/id hex) -> {m, el, seen, dirty, events, trip, policy}
     offset: 0, // server clock minus local clock, ms
-    sort: { key: 'state', dir: 1 },
+    sort: { key: 'severity', dir: 1 },
     filter: '',
     gen: 0,
     session: 0, // bumped on sign-in and sign-out: older loops stop
@@ -38,6 +51,13 @@
     confirm: null,
     renderQueued: false,
     expiryTimer: 0,
+    offline: false, // the last call to the server failed
+    offlineSince: 0,
+    openedAt: Date.now(),
+    multiTenant: false,
+    policyQueue: [],
+    policyFetching: 0,
+    ticks: 0,
   };
 
   // ---- small helpers -------------------------------------------------------
@@ -175,8 +195,11 @@
   function model(cs) {
     const c = cs.connection || {};
     const hex = b64ToHex(c.id);
+    const tenant = cs.tenant || '';
     return {
       hex,
+      tenant,
+      key: tenant + '/' + hex,
       short: hex.slice(0, 8),
       label: c.label || '',
       state: stateName(cs.state),
@@ -215,23 +238,157 @@
   // lifetime of a connection: after it expires idle and comes back, it
   // starts again at a low revision, which the server-clock change time
   // (later than anything of the old lifetime) tells apart.
-  function upsert(cs) {
+  function upsert(cs, tr) {
     if (!cs || !cs.connection) return;
     const m = model(cs);
     if (m.hex.length !== 64) return;
     learnClock(cs);
-    const old = state.rows.get(m.hex);
+    const old = state.rows.get(m.key);
     if (old) {
       old.seen = state.gen;
       const newLife = m.rev < old.m.rev && m.changed > old.m.changed && m.updated >= old.m.updated;
       if (!newLife && (m.rev < old.m.rev || (m.rev === old.m.rev && m.updated < old.m.updated))) return;
+      observe(old, old.m, m, tr);
       old.m = m;
       old.dirty = true;
     } else {
-      state.rows.set(m.hex, { m, el: null, seen: state.gen, dirty: true });
+      const row = { m, el: null, seen: state.gen, dirty: true, events: [], trip: null, policy: null };
+      pushEvent(row, { t: serverNow(), kind: 'seen', state: m.state, cause: m.cause });
+      state.rows.set(m.key, row);
     }
-    if (state.detailId === m.hex) scheduleDetail();
+    wantPolicy(state.rows.get(m.key));
+    if (state.detailId === m.key) scheduleDetail();
     scheduleRender();
+  }
+
+  // ---- what the page has seen: the timeline --------------------------------
+
+  function pushEvent(row, ev) {
+    row.events.push(ev);
+    if (row.events.length > MAX_EVENTS) row.events.splice(0, row.events.length - MAX_EVENTS);
+  }
+
+  // observe records what changed between two states of a row: a transition
+  // (with the stream's actor and reason when it came with one) or the
+  // reports counted in between. Before a breaker trip it keeps the last
+  // closed counters, which explain the trip (the server resets them).
+  function observe(row, a, b, tr) {
+    const now = serverNow();
+    if (b.rev !== a.rev) {
+      if (b.state !== a.state || b.cause !== a.cause || b.override !== a.override) {
+        pushEvent(row, {
+          t: b.changed || now, kind: 'transition', from: a.state, to: b.state, cause: b.cause,
+          actor: (tr && tr.actor) || '', reason: (tr && tr.reason) || '', status: b.status, outcome: b.outcome,
+        });
+      }
+      if (a.state === 'closed' && b.state === 'open' && b.cause === 'breaker') {
+        row.trip = { consecutive: a.consecutive, ok: a.ok, fail: a.fail, sampled: a.updated };
+      } else if (b.state === 'closed') {
+        row.trip = null;
+      }
+      return;
+    }
+    const ok = b.ok - a.ok, fail = b.fail - a.fail;
+    if (ok > 0 || fail > 0) pushEvent(row, { t: b.updated || now, kind: 'counts', ok: Math.max(ok, 0), fail: Math.max(fail, 0), outcome: b.outcome, status: b.status });
+  }
+
+  // ---- why: the explanation of a row ---------------------------------------
+
+  const pct = (x) => (Math.round(x * 1000) / 10) + ' %';
+
+  // tripRule names the rule that tripped a breaker: from the policy and the
+  // counters this page last saw while the connection was closed (the server
+  // resets them on the trip), or the policy's rules when the page saw none.
+  function tripRule(row) {
+    const p = row.policy, t = row.trip;
+    const failures = t ? t.fail + 1 : 0, calls = t ? t.ok + t.fail + 1 : 0;
+    const consecutive = t ? t.consecutive + 1 : 0;
+    if (!p) {
+      if (t && t.consecutive > 0) return consecutive + ' consecutive failures';
+      if (t) return failures + ' of ' + calls + ' calls failed';
+      return 'transient failures';
+    }
+    const cf = p.consecutiveFailures || 0, rate = p.failureRate || 0, minCalls = p.minCalls || 0;
+    const win = fmtDur(durMs(p.window)).replace(/ 00s$/, '');
+    const byCount = cf + ' consecutive failures';
+    const byRate = t ? 'failure rate ' + pct(failures / calls) + ' over ' + win + ' (' + failures + '/' + calls + ')'
+      : 'failure rate ≥ ' + pct(rate) + ' over ' + win;
+    if (rate <= 0) return byCount;
+    if (cf <= 0) return byRate;
+    if (t && consecutive >= cf) return byCount;
+    if (t && calls >= minCalls && failures / calls >= rate) return byRate;
+    return byCount + ' or ' + (t ? 'failure rate ≥ ' + pct(rate) + ' over ' + win : byRate);
+  }
+
+  // why explains a connection's state in a few words.
+  function why(row) {
+    const m = row.m, p = row.policy;
+    const st = m.status ? ' from a ' + m.status : '';
+    const dur = m.openUntil && m.changed ? m.openUntil - m.changed : 0;
+    const d = dur > 0 ? fmtDur(dur) : '';
+    if (m.override === 'forced open') return 'forced open by an operator';
+    if (m.override === 'forced closed') return 'forced closed by an operator: calls admitted, failures ignored';
+    if (m.state === 'open') {
+      switch (m.cause) {
+        case 'rate limit':
+          if (p && dur > 0 && Math.abs(dur - durMs(p.rateLimitCooldown)) < 1000 && m.status === 429) {
+            return 'the policy’s ' + d + ' cooldown after a 429 without Retry-After';
+          }
+          return (d ? 'Retry-After ' + d : 'rate limited') + (st || ' (rate limit hint)');
+        case 'overload': return 'overloaded' + st + (d ? ': cooling down ' + d : '') + (p && durMs(p.overloadFloor) ? ' (floor ' + fmtDur(durMs(p.overloadFloor)) + ')' : '');
+        case 'quota': return 'quota exhausted' + st + (m.code ? ' (' + m.code + ')' : '') + (d ? ': blocked ' + d : '');
+        case 'auth': return 'credential rejected' + st + (d ? ': blocked ' + d : '');
+        case 'breaker': return tripRule(row) + (m.reopens > 1 ? '; re-open ' + m.reopens : '') + (d ? ', open ' + d : '') + (m.status ? ' (last: ' + m.status + ')' : '');
+        case 'forced': return 'forced open by an operator';
+        default: return m.cause || '';
+      }
+    }
+    if (m.state === 'half-open') {
+      return m.probes > 0 ? 'probing: ' + m.probes + ' probe lease' + (m.probes > 1 ? 's' : '') + ' out' : 'open period over: the next call probes';
+    }
+    if (m.consecutive > 0) {
+      const cf = p && p.consecutiveFailures;
+      return m.consecutive + (cf ? ' of ' + cf : '') + ' consecutive failure' + (m.consecutive > 1 ? 's' : '') + (cf ? ' to trip' : '');
+    }
+    if (m.fail > 0) return m.fail + ' failure' + (m.fail > 1 ? 's' : '') + ' since the last change';
+    return '';
+  }
+
+  // wantPolicy queues a GetConnection for the effective policy of a row that
+  // needs explaining (not closed, or failing), once.
+  function wantPolicy(row) {
+    if (!row || row.policy || row.policyAsked) return;
+    if (row.m.state === 'closed' && !row.m.consecutive && !row.m.override) return;
+    row.policyAsked = true;
+    state.policyQueue.push(row.m.key);
+    pumpPolicies();
+  }
+
+  async function pumpPolicies() {
+    while (state.policyFetching < POLICY_FETCHES && state.policyQueue.length) {
+      const key = state.policyQueue.shift();
+      const row = state.rows.get(key);
+      if (!row) continue;
+      state.policyFetching++;
+      const sess = state.session;
+      getConnection(row.m, 0).then((res) => {
+        if (sess !== state.session) return;
+        if (res.policy) {
+          row.policy = res.policy;
+          row.dirty = true;
+          scheduleRender();
+        }
+      }).catch(() => { row.policyAsked = false; }).finally(() => {
+        state.policyFetching--;
+        pumpPolicies();
+      });
+    }
+  }
+
+  function getConnection(m, historyLimit) {
+    const req = { id: hexToB64(m.hex), historyLimit };
+    if (m.tenant) req.tenant = m.tenant;
+    return call(SVC + 'GetConnection', req);
   }
 
   function scheduleRender() {
@@ -245,7 +402,7 @@
 
   function matches(m, f) {
     if (!f) return true;
-    const hay = [m.label, m.hex, m.state, m.cause, m.outcome, m.code, m.override, String(m.status || '')].join(' ').toLowerCase();
+    const hay = [m.tenant, m.label, m.hex, m.state, m.cause, m.outcome, m.code, m.override, String(m.status || '')].join(' ').toLowerCase();
     return f.split(/\s+/).every((w) => hay.includes(w));
   }
 
@@ -256,7 +413,22 @@
     return Number.MAX_SAFE_INTEGER;
   }
 
+  // severity: open first (a broken credential or quota before a breaker
+  // before a short cooldown), then half-open, forced, failing, healthy.
+  const CAUSE_RANK = { auth: 0, quota: 1, breaker: 2, overload: 3, 'rate limit': 4 };
+  function severity(m) {
+    let s;
+    if (m.override) s = 3000;
+    else if (m.state === 'open') s = (CAUSE_RANK[m.cause] ?? 5) * 100;
+    else if (m.state === 'half-open') s = 1000;
+    else if (m.consecutive || m.fail) s = 4000 - Math.min(m.consecutive, 99) * 10;
+    else s = 5000;
+    return s;
+  }
+
   const SORTS = {
+    severity,
+    tenant: (m) => m.tenant,
     label: (m) => m.label.toLowerCase() || '\uffff',
     id: (m) => m.hex,
     state: (m) => SEVERITY[m.state] ?? 3,
@@ -270,28 +442,27 @@
   };
 
   function compare(a, b) {
-    const k = SORTS[state.sort.key] || SORTS.state;
+    const k = SORTS[state.sort.key] || SORTS.severity;
     const x = k(a.m), y = k(b.m);
     if (x < y) return -state.sort.dir;
     if (x > y) return state.sort.dir;
     const la = SORTS.label(a.m), lb = SORTS.label(b.m);
     if (la !== lb) return la < lb ? -1 : 1;
-    return a.m.hex < b.m.hex ? -1 : a.m.hex > b.m.hex ? 1 : 0;
+    return a.m.key < b.m.key ? -1 : a.m.key > b.m.key ? 1 : 0;
   }
 
   function isAdmin() { return !!state.me && state.me.role === 'admin'; }
 
+  // Each cell carries its column name (data-col) for the narrow layout,
+  // where a row is a card and the names label its lines.
+  const COLUMNS = [['tenant', 'Tenant'], ['label', 'Label'], ['id', 'ID'], ['state', 'State'], ['why', 'Why'],
+    ['left num', 'Time left'], ['probe', 'Probe'], ['recent num', 'OK / fail'], ['last', 'Last report'], ['changed', 'Changed']];
+
   function buildRow(row) {
-    const hex = row.m.hex;
-    const tr = el('tr', { tabindex: '0', 'data-id': hex });
-    const cells = ['label', 'id', 'state', 'cause', 'left num', 'probe', 'recent num', 'last', 'rev num', 'changed'];
-    for (const c of cells) tr.append(el('td', { class: 'c-' + c }));
-    if (isAdmin()) {
-      tr.append(el('td', { class: 'c-actions' },
-        el('button', { type: 'button', class: 'small', 'data-action': 'reset', 'data-id': hex, text: 'Reset' }),
-        el('button', { type: 'button', class: 'small', 'data-action': 'force-open', 'data-id': hex, text: 'Force open' }),
-        el('button', { type: 'button', class: 'small', 'data-action': 'force-closed', 'data-id': hex, text: 'Force closed' })));
-    }
+    const tr = el('tr', { tabindex: '0', 'data-id': row.m.hex, 'data-key': row.m.key });
+    if (row.m.tenant) tr.dataset.tenant = row.m.tenant;
+    for (const [c, name] of COLUMNS) tr.append(el('td', { class: 'c-' + c, 'data-col': name }));
+    cell(tr, 'why').append(el('span', { class: 'cause' }), el('span', { class: 'why-text' }));
     row.el = tr;
     return tr;
   }
@@ -315,10 +486,15 @@
     id.textContent = m.short + '…';
     id.title = m.hex;
     cell(tr, 'state').replaceChildren(badge(m));
-    const cause = cell(tr, 'cause');
-    cause.textContent = m.cause || '—';
-    cause.classList.toggle('dim', m.state !== 'open');
-    cause.title = m.state === 'open' ? 'why it is open' : 'cause of the last transition';
+    cell(tr, 'tenant').textContent = m.tenant;
+    const w = cell(tr, 'why');
+    const cause = w.querySelector('.cause');
+    const text = why(row);
+    const showCause = m.state === 'open' || !!m.override;
+    cause.textContent = showCause ? (m.override ? 'forced' : m.cause || '—') : '';
+    w.querySelector('.why-text').textContent = text || (showCause ? '' : '—');
+    w.classList.toggle('dim', !showCause && !text);
+    w.title = text;
     const rec = cell(tr, 'recent');
     rec.replaceChildren(el('span', { class: 'ok', text: String(m.ok) }), ' / ',
       el('span', { class: m.fail ? 'bad' : '', text: String(m.fail) }));
@@ -326,7 +502,6 @@
     const last = cell(tr, 'last');
     last.textContent = m.status || m.outcome ? [m.status || '', SHORT_OUTCOME[m.outcome] || m.outcome].filter(Boolean).join(' ') : '—';
     last.title = [m.status || '', m.outcome, m.code ? '(error code: ' + m.code + ')' : ''].filter(Boolean).join(' ');
-    cell(tr, 'rev').textContent = String(m.rev);
     const ch = cell(tr, 'changed');
     ch.title = m.changed ? fmtTime(m.changed) : '';
     tickRow(row);
@@ -335,6 +510,7 @@
 
   // tickRow refreshes the cells that move with the clock.
   function tickRow(row) {
+    if (state.offline && !row.dirty) return; // countdowns stop: the time left is unknown
     const m = row.m, tr = row.el;
     const left = cell(tr, 'left');
     let text = '—';
@@ -376,6 +552,9 @@
     const body = $('rows');
     const f = state.filter.trim().toLowerCase();
     const all = [...state.rows.values()];
+    const tenants = new Set(all.map((r) => r.m.tenant));
+    state.multiTenant = tenants.size > 1;
+    document.body.classList.toggle('multi-tenant', state.multiTenant);
     const shown = all.filter((r) => matches(r.m, f)).sort(compare);
     for (const r of shown) {
       if (!r.el) buildRow(r);
@@ -394,6 +573,7 @@
     if (counts.open) sum += ' · ' + counts.open + ' open';
     if (counts['half-open']) sum += ' · ' + counts['half-open'] + ' half-open';
     if (f && shown.length !== all.length) sum += ' · showing ' + shown.length;
+    if (state.multiTenant) sum += ' · ' + tenants.size + ' tenants';
     $('summary').textContent = state.loaded ? sum : 'loading…';
     $('empty').hidden = !state.loaded || all.length > 0;
     $('conns').parentElement.hidden = state.loaded && all.length === 0;
@@ -406,8 +586,32 @@
   }
 
   function tick() {
+    state.ticks++;
     for (const r of state.rows.values()) if (r.el && r.el.isConnected) tickRow(r);
     if (state.detailId) tickDetail();
+    if (state.offline) $('offline-text').textContent = offlineText();
+  }
+
+  // ---- the server unreachable ----------------------------------------------
+
+  function offlineText() {
+    return 'since ' + fmtTime(state.offlineSince).slice(11, 19) + ' (' + fmtAgo(state.offlineSince + state.offset) +
+      '). The rows show the last state seen; countdowns are stopped and actions disabled until it answers.';
+  }
+
+  // setOffline marks the page as cut off from the server (the last call
+  // failed), or back.
+  function setOffline(on) {
+    if (state.offline === on) return;
+    state.offline = on;
+    if (on) state.offlineSince = Date.now();
+    document.body.classList.toggle('offline', on);
+    $('offline').hidden = !on;
+    $('offline-text').textContent = on ? offlineText() : '';
+    for (const b of document.querySelectorAll('#detail-actions button, #confirm-ok')) b.disabled = on;
+    for (const r of state.rows.values()) r.dirty = true;
+    scheduleRender();
+    if (state.detailId) fillDetail();
   }
 
   // ---- loading -------------------------------------------------------------
@@ -431,12 +635,16 @@
         pageToken = res.nextPageToken || '';
         if (!pageToken) break;
       }
-      for (const [hex, r] of state.rows) if (r.seen < gen) state.rows.delete(hex);
+      for (const [key, r] of state.rows) if (r.seen < gen) state.rows.delete(key);
       state.loaded = true;
+      setOffline(false);
       if (state.watchUp !== false) setLive('live');
       scheduleRender();
     } catch (e) {
-      if (sess === state.session) handleAuthError(e);
+      if (sess === state.session) {
+        if (e.code === 'unavailable') setOffline(true);
+        handleAuthError(e);
+      }
     } finally {
       state.listing = false;
       if (state.listAgain && sess === state.session) {
@@ -510,9 +718,19 @@
         // can be a while for a quiet tenant: read the table meanwhile.
         state.watchUp = null;
         refreshList();
-        const res = await pending;
-        if (!res.ok) throw new RpcError(codeOfStatus(res.status), 'watch: HTTP ' + res.status);
+        let res;
+        try {
+          res = await pending;
+        } catch (e) {
+          if (!ctrl.signal.aborted) setOffline(true);
+          throw e;
+        }
+        if (!res.ok) {
+          if (res.status >= 500) setOffline(true);
+          throw new RpcError(codeOfStatus(res.status), 'watch: HTTP ' + res.status);
+        }
         state.watchUp = true;
+        setOffline(false);
         if (state.loaded) setLive('live');
         for await (const env of envelopes(res.body.getReader(), () => { lastBytes = Date.now(); })) {
           if (env.flags & 0x01) throw new RpcError('internal', 'compressed stream message');
@@ -524,7 +742,7 @@
           }
           healthy = true;
           const msg = text ? JSON.parse(text) : {};
-          if (msg.connection) upsert(msg.connection); // empty messages are heartbeats
+          if (msg.connection) upsert(msg.connection, msg.transition); // empty messages: end of snapshot, heartbeats
         }
       } catch (e) {
         if (e && (e.code === 'unauthenticated' || e.code === 'permission_denied')) fatal = e;
@@ -582,9 +800,13 @@
     if (!row) return;
     const m = row.m;
     $('detail-title').textContent = m.label || 'Connection ' + m.short + '…';
+    const w = why(row);
+    $('detail-why').textContent = (m.state === 'closed' && !m.override ? (w ? 'Closed, ' + w : 'Closed and healthy') :
+      badgeText(m) + (w ? ': ' + w : '')) + '.';
     const dl = $('detail-fields');
     dl.replaceChildren();
-    field(dl, 'ID', m.hex, 'mono');
+    if (m.tenant) field(dl, 'Tenant', m.tenant);
+    field(dl, 'ID', m.hex, 'mono id');
     dl.append(el('dt', { text: 'State' }), el('dd', {}, badge(m)));
     field(dl, 'Cause', m.cause || '—');
     field(dl, 'Time left', '', 'd-left');
@@ -599,31 +821,131 @@
     field(dl, 'Last report at', m.updated ? fmtTime(m.updated) : '—');
     const acts = $('detail-actions');
     acts.replaceChildren();
-    if (isAdmin()) {
-      acts.append(
-        el('button', { type: 'button', 'data-action': 'reset', 'data-id': m.hex, text: 'Reset' }),
-        el('button', { type: 'button', 'data-action': 'force-open', 'data-id': m.hex, text: 'Force open' }),
-        el('button', { type: 'button', 'data-action': 'force-closed', 'data-id': m.hex, text: 'Force closed' }));
-      if (m.override) acts.append(el('button', { type: 'button', 'data-action': 'clear', 'data-id': m.hex, text: 'Clear override' }));
+    if (isAdmin() && !m.tenant) {
+      const b = (action, text) => el('button', { type: 'button', 'data-action': action, 'data-key': m.key, text, disabled: state.offline });
+      acts.append(b('reset', 'Reset'), b('force-open', 'Force open'), b('force-closed', 'Force closed'));
+      if (m.override) acts.append(b('clear', 'Clear override'));
     }
+    fillPolicy(row);
+    fillTimeline(row);
     tickDetail();
+  }
+
+  function badgeText(m) {
+    return m.override ? m.override.charAt(0).toUpperCase() + m.override.slice(1) : m.state.charAt(0).toUpperCase() + m.state.slice(1);
+  }
+
+  // fillPolicy shows the effective policy GetConnection returned.
+  function fillPolicy(row) {
+    const dl = $('detail-policy');
+    dl.replaceChildren();
+    const p = row.policy;
+    if (!p) {
+      dl.append(el('dt', { text: 'Policy' }), el('dd', { class: 'dim', text: 'loading…' }));
+      return;
+    }
+    const d = (v) => (durMs(v) > 0 ? fmtDur(durMs(v)).replace(/ 00s$/, '') : 'off');
+    const cf = p.consecutiveFailures || 0, rate = p.failureRate || 0;
+    field(dl, 'Trips after', cf ? cf + ' consecutive failures' : 'off (consecutive rule)');
+    field(dl, 'Or at', rate ? '≥ ' + pct(rate) + ' failures over ' + d(p.window) + ', once ' + (p.minCalls || 0) + ' calls' : 'off (rate rule)');
+    field(dl, 'Breaker opens', d(p.openBase) + ', doubling to ' + d(p.openMax) + (p.jitter ? ' (± ' + pct(p.jitter) + ' jitter)' : ''));
+    field(dl, '429 without Retry-After', d(p.rateLimitCooldown));
+    field(dl, 'Overload floor', d(p.overloadFloor));
+    field(dl, 'Quota block', d(p.quotaBlock));
+    field(dl, 'Auth block', d(p.authBlock));
+    field(dl, 'Probes', (p.maxProbes || 1) + ' at once, lease ' + d(p.leaseTTL));
+  }
+
+  const SVGNS = 'http://www.w3.org/2000/svg';
+  function svg(tag, attrs) {
+    const e = document.createElementNS(SVGNS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+    return e;
+  }
+
+  // fillTimeline draws the last 10 minutes the page saw of a connection: a
+  // band of its state and, per 15 s, the successes and failures counted, and
+  // lists the events newest first.
+  function fillTimeline(row) {
+    const now = serverNow();
+    const since = state.openedAt + state.offset;
+    $('timeline-note').textContent = 'Built in this browser from the live stream since this page opened at ' +
+      fmtTime(since).slice(11, 19) + ' (counters re-read every few seconds); the server keeps only the transitions below.' +
+      (state.offline ? ' Paused: the server is unreachable.' : '');
+    const W = TIMELINE_BUCKETS, span = TIMELINE_MS / W, from = now - TIMELINE_MS;
+    const ok = new Array(W).fill(0), bad = new Array(W).fill(0);
+    const states = new Array(W).fill('');
+    let cur = '';
+    const evs = row.events;
+    let i = 0;
+    for (; i < evs.length && evs[i].t < from; i++) {
+      if (evs[i].kind === 'transition') cur = evs[i].to;
+      else if (evs[i].kind === 'seen' && !cur) cur = evs[i].state;
+    }
+    for (let b = 0; b < W; b++) {
+      const end = from + (b + 1) * span;
+      let st = cur;
+      for (; i < evs.length && evs[i].t < end; i++) {
+        const ev = evs[i];
+        if (ev.kind === 'counts') { ok[b] += ev.ok; bad[b] += ev.fail; }
+        if (ev.kind === 'transition') { cur = ev.to; if (st !== 'open') st = ev.to === 'open' ? 'open' : (st || ev.to); }
+        if (ev.kind === 'seen') { cur = ev.state; st = st || ev.state; }
+      }
+      states[b] = st;
+    }
+    const max = Math.max(1, ...ok.map((v, k) => v + bad[k]));
+    const box = svg('svg', { viewBox: '0 0 400 64', preserveAspectRatio: 'none', role: 'img', class: 'strip',
+      'aria-label': 'Last 10 minutes: ' + ok.reduce((a, b) => a + b, 0) + ' successes and ' + bad.reduce((a, b) => a + b, 0) + ' failures seen' });
+    const bw = 400 / W;
+    for (let b = 0; b < W; b++) {
+      if (states[b]) box.append(svg('rect', { x: b * bw, y: 0, width: bw, height: 8, class: 'band st-' + states[b] }));
+      const hOk = (ok[b] / max) * 52, hBad = (bad[b] / max) * 52;
+      if (hBad) box.append(svg('rect', { x: b * bw + 1, y: 64 - hBad, width: bw - 2, height: hBad, class: 'bar fail' }));
+      if (hOk) box.append(svg('rect', { x: b * bw + 1, y: 64 - hBad - hOk, width: bw - 2, height: hOk, class: 'bar ok' }));
+    }
+    const legend = el('div', { class: 'legend dim' }, el('span', { text: '10 min ago' }),
+      el('span', {}, el('span', { class: 'key ok' }), ' ok ', el('span', { class: 'key fail' }), ' failed ',
+        el('span', { class: 'key open' }), ' open ', el('span', { class: 'key half' }), ' half-open'), el('span', { text: 'now' }));
+    $('detail-timeline').replaceChildren(box, legend);
+    const list = evs.slice(-30).reverse().map((ev) => el('li', { 'data-kind': ev.kind },
+      el('span', { class: 'mono', text: fmtTime(ev.t).slice(11, 19) + ' ' }), eventText(ev)));
+    $('detail-events').replaceChildren(...list);
+  }
+
+  function eventText(ev) {
+    switch (ev.kind) {
+      case 'transition':
+        return ev.from + ' → ' + ev.to + (ev.cause ? ' (' + ev.cause + ')' : '') +
+          (ev.to === 'open' && ev.status ? ' after a ' + ev.status + (ev.outcome ? ' ' + ev.outcome : '') : '') +
+          (ev.actor ? ' by ' + ev.actor + (ev.reason ? ': ' + ev.reason : '') : '');
+      case 'counts':
+        return (ev.ok ? '+' + ev.ok + ' ok' : '') + (ev.ok && ev.fail ? ', ' : '') +
+          (ev.fail ? '+' + ev.fail + ' failed (last: ' + [ev.status || '', ev.outcome].filter(Boolean).join(' ') + ')' : '');
+      default:
+        return 'first seen by this page: ' + ev.state + (ev.state !== 'closed' && ev.cause ? ' (' + ev.cause + ')' : '');
+    }
   }
 
   function tickDetail() {
     const row = state.rows.get(state.detailId);
     const dd = document.querySelector('#detail-fields .d-left');
     if (!row || !dd) return;
+    if (state.offline) return; // stopped with the rows
     const ms = leftMs(row.m);
     const t = !Number.isFinite(ms) ? '—' : ms >= Number.MAX_SAFE_INTEGER ? 'until changed' : fmtDur(ms);
     if (dd.textContent !== t) dd.textContent = t;
+    if (state.ticks % 25 === 0) fillTimeline(row); // the strip moves on every 5 s
   }
 
   async function loadDetail() {
-    const hex = state.detailId;
-    if (!hex) return;
+    const key = state.detailId;
+    const row = key && state.rows.get(key);
+    if (!row) return;
     try {
-      const res = await call(SVC + 'GetConnection', { id: hexToB64(hex), historyLimit: 50 });
-      if (state.detailId !== hex) return;
+      const res = await getConnection(row.m, 50);
+      if (state.detailId !== key) return;
+      if (res.policy) row.policy = res.policy;
+      row.dirty = true;
       if (res.connection) upsert(res.connection);
       fillDetail();
       const tb = $('detail-history');
@@ -643,9 +965,9 @@
     }
   }
 
-  function openDetail(hex) {
-    if (!state.rows.has(hex)) return;
-    state.detailId = hex;
+  function openDetail(key) {
+    if (!state.rows.has(key)) return;
+    state.detailId = key;
     $('detail-history').replaceChildren(el('tr', {}, el('td', { colspan: '5', class: 'dim', text: 'Loading…' })));
     $('detail-error').textContent = '';
     fillDetail();
@@ -662,21 +984,22 @@
   const ACTIONS = {
     'reset': { title: 'Reset connection', text: (n) => 'Reset ' + n + ' to closed? Its counters clear and a new revision starts, so reports admitted before the reset cannot change it.' },
     'force-open': { title: 'Force open', text: (n) => 'Deny every call to ' + n + ' until the override ends or is cleared?', duration: true },
-    'force-closed': { title: 'Force closed', text: (n) => 'Admit every call to ' + n + ' and ignore its failures until the override ends or is cleared?', duration: true },
+    'force-closed': { title: 'Force closed', text: (n) => 'Admit every call to ' + n + ' and ignore its failures until the override ends or is cleared? It ends by itself after 15 minutes unless you choose otherwise.', duration: true },
     'clear': { title: 'Clear override', text: (n) => 'Clear the operator override of ' + n + '? It returns to its normal state.' },
   };
 
-  function askConfirm(action, hex) {
+  function askConfirm(action, key) {
     const a = ACTIONS[action];
-    const row = state.rows.get(hex);
-    if (!a || !row || !isAdmin()) return;
-    state.confirm = { action, hex };
+    const row = state.rows.get(key);
+    if (!a || !row || !isAdmin() || state.offline) return;
+    state.confirm = { action, key, hex: row.m.hex };
     const name = row.m.label ? '“' + row.m.label + '” (' + row.m.short + '…)' : row.m.short + '…';
     $('confirm-title').textContent = a.title;
     $('confirm-text').textContent = a.text(name);
     $('confirm-ok').textContent = a.title;
     $('confirm-for-wrap').hidden = !a.duration;
-    $('confirm-for').value = '';
+    $('confirm-for').value = action === 'force-closed' ? DEFAULT_FORCE_CLOSED : '';
+    $('confirm-forever').textContent = action === 'force-closed' ? 'until changed (failures ignored until then)' : 'until changed';
     $('confirm-reason').value = '';
     $('confirm-error').textContent = '';
     $('confirm-ok').disabled = false;
@@ -707,7 +1030,7 @@
       if (res.connection) upsert(res.connection);
       state.confirm = null;
       $('confirm').close();
-      if (state.detailId === c.hex) scheduleDetail();
+      if (state.detailId === c.key) scheduleDetail();
     } catch (e) {
       $('confirm-error').textContent = e.message;
       $('confirm-ok').disabled = false;
@@ -855,20 +1178,15 @@
 
     const rows = $('rows');
     rows.addEventListener('click', (e) => {
-      const btn = e.target.closest('button[data-action]');
-      if (btn) {
-        askConfirm(btn.dataset.action, btn.dataset.id);
-        return;
-      }
-      const tr = e.target.closest('tr[data-id]');
-      if (tr) openDetail(tr.dataset.id);
+      const tr = e.target.closest('tr[data-key]');
+      if (tr) openDetail(tr.dataset.key);
     });
     rows.addEventListener('keydown', (e) => {
-      const tr = e.target.closest('tr[data-id]');
+      const tr = e.target.closest('tr[data-key]');
       if (!tr || e.target !== tr) return;
       if (e.key === 'Enter' || e.key === ' ') {
         e.preventDefault();
-        openDetail(tr.dataset.id);
+        openDetail(tr.dataset.key);
       } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
         e.preventDefault();
         const next = e.key === 'ArrowDown' ? tr.nextElementSibling : tr.previousElementSibling;
@@ -879,13 +1197,15 @@
 
     $('detail-actions').addEventListener('click', (e) => {
       const btn = e.target.closest('button[data-action]');
-      if (btn) askConfirm(btn.dataset.action, btn.dataset.id);
+      if (btn) askConfirm(btn.dataset.action, btn.dataset.key);
     });
     $('detail-close').addEventListener('click', () => $('detail').close());
     $('detail').addEventListener('close', () => {
-      const hex = state.detailId;
+      // The close event is queued: the view may have been opened again since.
+      if ($('detail').open) return;
+      const key = state.detailId;
       state.detailId = null;
-      const row = hex && state.rows.get(hex);
+      const row = key && state.rows.get(key);
       if (row && row.el && row.el.isConnected) row.el.focus();
     });
     $('detail').addEventListener('click', (e) => {
