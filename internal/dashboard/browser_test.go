@@ -391,7 +391,7 @@ func dashboardAt(t *testing.T, width int64) {
 	act(t, ctx, chromedp.WaitVisible(chromedp.ID("token-input")),
 		chromedp.SendKeys(chromedp.ID("token-input"), clientToken),
 		chromedp.Click(chromedp.ID("token-submit")))
-	waitFor(t, ctx, "a client token is refused", `document.getElementById('login-error').textContent.includes('viewer or admin')`)
+	waitFor(t, ctx, "a client token is refused", `document.getElementById('login-error').textContent.includes('viewer, admin or operator')`)
 	act(t, ctx, chromedp.SendKeys(chromedp.ID("token-input"), viewerToken),
 		chromedp.Click(chromedp.ID("token-submit")))
 	waitFor(t, ctx, "the viewer's table", fmt.Sprintf(`document.querySelectorAll('#rows tr').length === %d && !!document.querySelector('.chip.role-viewer')`, rows+1))
@@ -445,3 +445,46 @@ func TestDashboardEmptyState(t *testing.T) {
 }
 
 type syncBuffer = logtest.Buffer
+
+// TestDashboardOperator signs in with an operator token, which reads every
+// tenant: the tenant column appears (rows of two tenants), each row's
+// detail view is read from its own tenant, and there are no override
+// buttons. A tenant's viewer sees no tenant column.
+func TestDashboardOperator(t *testing.T) {
+	t.Parallel()
+	ctx := browser(t, 1440)
+	srv := newLiveServer(t, testAuth(t))
+	acmeApp, _ := srv.client(clientToken)
+	betaApp, _ := srv.client(betaToken)
+	rctx := t.Context()
+	acme, beta := newID(t), newID(t)
+	report(rctx, t, acmeApp, acme, "openai gpt-4o …a1b2", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, "", 0)
+	report(rctx, t, betaApp, beta, "anthropic claude …77aa", cooldownv1.Outcome_OUTCOME_AUTH_FAILURE, 401, "invalid_api_key", 0)
+
+	act(t, ctx, chromedp.Navigate(srv.URL()+"/"))
+	act(t, ctx, chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), operatorToken),
+		chromedp.Click(chromedp.ID("token-submit")))
+	waitFor(t, ctx, "both tenants' rows", `document.querySelectorAll('#rows tr').length === 2`)
+	assert.Equal(t, "all tenants", eval[string](t, ctx, text(`#who .chip`)))
+	assert.Equal(t, "beta", eval[string](t, ctx, text(rowSel(beta)+` .c-tenant`)))
+	assert.Equal(t, "acme", eval[string](t, ctx, text(rowSel(acme)+` .c-tenant`)))
+	assert.NotEqual(t, "none", eval[string](t, ctx, `getComputedStyle(document.querySelector('th.c-tenant')).display`), "the tenant column is shown")
+	assert.Equal(t, hex.EncodeToString(beta), eval[string](t, ctx, `document.querySelector('#rows tr').dataset.id`), "a rejected credential first")
+	waitFor(t, ctx, "the auth row explains itself", text(rowSel(beta)+` .c-why .why-text`)+` === 'credential rejected from a 401: blocked 5m 00s'`)
+	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(beta)+` .c-label`)))
+	waitFor(t, ctx, "the beta row's detail, read from its tenant", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('Auth block') && document.querySelectorAll('#detail-history tr').length >= 1 && !document.getElementById('detail-history').textContent.includes('Loading')`)
+	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fields').innerText`), "beta")
+	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('[data-action]').length`), "an operator reads; it does not override")
+	assert.Empty(t, eval[string](t, ctx, text(`#detail-error`)))
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
+
+	// acme's viewer: one tenant, no tenant column.
+	act(t, ctx, chromedp.Click(chromedp.ID("signout")))
+	act(t, ctx, chromedp.WaitVisible(chromedp.ID("token-input")),
+		chromedp.SendKeys(chromedp.ID("token-input"), viewerToken),
+		chromedp.Click(chromedp.ID("token-submit")))
+	waitFor(t, ctx, "the viewer's one row", `document.querySelectorAll('#rows tr').length === 1 && !!document.querySelector('`+rowSel(acme)+`')`)
+	assert.Equal(t, "none", eval[string](t, ctx, `getComputedStyle(document.querySelector('th.c-tenant')).display`))
+}

@@ -36,14 +36,19 @@ var assets embed.FS
 const (
 	RoleViewer = "viewer"
 	RoleAdmin  = "admin"
+	// RoleOperator reads every tenant's connections: the page shows a
+	// tenant column when rows of several tenants are present, and no
+	// override buttons.
+	RoleOperator = "operator"
 )
 
 // Identity is the caller as the dashboard sees it.
 type Identity struct {
-	// Tenant is the caller's tenant.
+	// Tenant is the caller's tenant; empty for [RoleOperator].
 	Tenant string `json:"tenant"`
-	// Role is [RoleViewer] or [RoleAdmin]. Only admins see the override
-	// buttons (the server enforces the role on every call anyway).
+	// Role is [RoleViewer], [RoleAdmin] or [RoleOperator]. Only admins see
+	// the override buttons (the server enforces the role on every call
+	// anyway).
 	Role string `json:"role"`
 	// Name is the token's name, shown in the header.
 	Name string `json:"name"`
@@ -183,10 +188,10 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) {
 		msg := "internal error"
 		switch code {
 		case connect.CodeUnauthenticated:
-			status, msg = http.StatusUnauthorized, "a viewer or admin bearer token is required"
+			status, msg = http.StatusUnauthorized, "a viewer, admin or operator bearer token is required"
 			w.Header().Set("WWW-Authenticate", `Bearer realm="cooldownd"`)
 		case connect.CodePermissionDenied:
-			status, msg = http.StatusForbidden, "this token's role cannot view the dashboard; use a viewer or admin token"
+			status, msg = http.StatusForbidden, "this token's role cannot view the dashboard; use a viewer, admin or operator token"
 		}
 		writeJSON(w, status, errorResponse{Code: code.String(), Message: msg})
 		return

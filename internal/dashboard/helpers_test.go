@@ -27,6 +27,10 @@ const (
 	adminToken  = "test-admin-token"
 	viewerToken = "test-viewer-token"
 	clientToken = "test-client-token"
+	// betaToken is a client of the tenant "beta"; operatorToken reads
+	// every tenant.
+	betaToken     = "test-beta-client-token"
+	operatorToken = "test-operator-token"
 )
 
 // testAuth is the real token table (internal/auth) over the test tokens
@@ -37,6 +41,8 @@ func testAuth(t testing.TB) *auth.Table {
   - {name: ops-admin, tenant: acme, role: admin, token: "` + adminToken + `"}
   - {name: ops-viewer, tenant: acme, role: viewer, token: "` + viewerToken + `"}
   - {name: app, tenant: acme, role: client, token: "` + clientToken + `"}
+  - {name: beta-app, tenant: beta, role: client, token: "` + betaToken + `"}
+  - {name: oncall, role: operator, token: "` + operatorToken + `"}
 `))
 	require.NoError(t, err)
 	return tab

@@ -778,7 +778,7 @@
     if (e.code === 'unauthenticated') {
       signOut(token() ? 'The server no longer accepts this token. Paste a valid one.' : '');
     } else if (e.code === 'permission_denied') {
-      signOut('This token’s role cannot view the dashboard. Use a viewer or admin token.');
+      signOut('This token’s role cannot view the dashboard. Use a viewer, admin or operator token.');
     } else {
       setLive(e.message || 'error', 'down');
     }
@@ -1109,7 +1109,7 @@
     document.body.classList.toggle('is-admin', me.role === 'admin');
     const who = $('who');
     who.replaceChildren(
-      el('span', { class: 'chip', title: 'tenant', text: me.tenant }),
+      el('span', { class: 'chip', title: 'tenant', text: me.tenant || (me.role === 'operator' ? 'all tenants' : '') }),
       el('span', { class: 'chip role-' + me.role, title: 'role', text: me.role }));
     if (me.auth && me.name) who.append(el('span', { class: 'dim', text: me.name }));
     if (!me.auth) who.append(el('span', { class: 'chip warn', title: 'the server runs without tokens: every caller is an admin', text: 'auth off' }));
