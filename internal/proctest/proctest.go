@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -275,6 +276,47 @@ func FreePort() (int, error) {
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ErrNoRedis is returned by [Group.StartRedis] when redis-server is not on
+// PATH.
+var ErrNoRedis = errors.New("proctest: redis-server not found on PATH")
+
+// redisWait bounds how long [Group.StartRedis] waits for one redis-server
+// to answer.
+const redisWait = 10 * time.Second
+
+// StartRedis starts redis-server from PATH as the child called name, on a
+// free loopback port, without persistence, with dataDir as its directory
+// and extra arguments after the defaults, and waits until it answers PING.
+// A server that does not come up (most likely its port was taken
+// meanwhile) is killed and another port tried, three times in all.
+func (g *Group) StartRedis(ctx context.Context, name, dataDir string, extra ...string) (addr string, p *Proc, err error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", nil, ErrNoRedis
+	}
+	for range 3 {
+		port, perr := FreePort()
+		if perr != nil {
+			return "", nil, perr
+		}
+		addr = "127.0.0.1:" + strconv.Itoa(port)
+		args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+			"--dir", dataDir, "--daemonize", "no"}, extra...)
+		if p, err = g.Start(name, exec.Command(bin, args...)); err != nil {
+			return "", nil, err
+		}
+		if err = WaitFor(ctx, p, redisWait, func() bool { return RedisPing(addr) }); err == nil {
+			return addr, p, nil
+		}
+		p.Kill()
+		g.Forget(p)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return "", nil, fmt.Errorf("redis-server did not start (see %s): %w", g.LogPath(name), err)
 }
 
 // pollEvery is how often the waiters check.

@@ -273,3 +273,57 @@ func TestHealthy(t *testing.T) {
 	assert.False(t, Healthy(t.Context(), "http://127.0.0.1:1/healthz"))
 	assert.False(t, Healthy(t.Context(), "::bad url"))
 }
+
+func TestStartRedis(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		// redistest.Missing's rule; this package cannot import redistest,
+		// which builds on it.
+		if os.Getenv("COOLDOWN_REQUIRE_REAL") == "1" {
+			t.Fatal("redis-server is required (COOLDOWN_REQUIRE_REAL=1) but not installed")
+		}
+		t.Skip("SKIPPED: redis-server not installed")
+	}
+	g := NewGroup(t.TempDir())
+	defer g.KillAll()
+	data := t.TempDir()
+	addr, p, err := g.StartRedis(t.Context(), "redis", data, "--maxmemory", "10mb")
+	require.NoError(t, err)
+	assert.True(t, RedisPing(addr))
+	assert.Equal(t, "redis", p.Name)
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	_, err = c.Write([]byte("CONFIG GET maxmemory\r\nCONFIG GET dir\r\n"))
+	require.NoError(t, err)
+	r := bufio.NewReader(c)
+	var lines []string
+	for len(lines) < 10 {
+		l, err := r.ReadString('\n')
+		require.NoError(t, err)
+		lines = append(lines, strings.TrimSpace(l))
+	}
+	assert.Contains(t, lines, "10485760", "the extra arguments apply")
+	assert.Contains(t, lines, data, "the data directory applies")
+	p.Kill()
+	assert.False(t, RedisPing(addr))
+}
+
+func TestStartRedisFailures(t *testing.T) {
+	// Not parallel: it changes PATH.
+	g := NewGroup(t.TempDir())
+	defer g.KillAll()
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		// A server that exits at once (a bad argument) is retried, then
+		// reported with its log.
+		_, _, err := g.StartRedis(t.Context(), "bad", t.TempDir(), "--no-such-option", "1")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), g.LogPath("bad"))
+		b, rerr := os.ReadFile(g.LogPath("bad"))
+		require.NoError(t, rerr)
+		assert.Equal(t, 3, strings.Count(string(b), "no-such-option"), "three attempts, each in the log: %s", b)
+	}
+	t.Setenv("PATH", t.TempDir())
+	_, _, err := g.StartRedis(t.Context(), "none", t.TempDir())
+	assert.ErrorIs(t, err, ErrNoRedis)
+}

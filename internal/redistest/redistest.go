@@ -12,8 +12,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,37 +65,30 @@ type Server struct {
 // Stop kills the server (SIGKILL) and waits for it.
 func (s *Server) Stop() { s.p.Kill() }
 
-// start starts bin with args as a child of the test, killed at cleanup
-// (and by the kernel should the test binary die first, on Linux).
-func start(tb testing.TB, dir, name, bin string, args ...string) *proctest.Proc {
-	tb.Helper()
+// group returns a process group logging to dir whose children are killed
+// at cleanup (and by the kernel should the test binary die first, on
+// Linux).
+func group(tb testing.TB, dir string) *proctest.Group {
 	g := proctest.NewGroup(dir)
-	p, err := g.Start(name, exec.Command(bin, args...))
-	if err != nil {
-		tb.Fatalf("%s: %v", name, err)
-	}
 	tb.Cleanup(g.KillAll)
-	return p
+	return g
 }
 
 // StartServer starts a redis-server on a free loopback port with extra
 // arguments, stopped at cleanup.
 func StartServer(tb testing.TB, extra ...string) *Server {
 	tb.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
+	if _, err := exec.LookPath("redis-server"); err != nil {
 		Missing(tb, "redis-server")
 	}
 	dir := tb.TempDir()
-	port := FreePort(tb)
-	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log")}, extra...)
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), p: start(tb, dir, "redis-server", bin, args...)}
-	if err := proctest.WaitFor(context.Background(), s.p, 5*time.Second, func() bool { return proctest.RedisPing(s.Addr) }); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-		tb.Fatalf("redis-server on %s did not answer: %v\n%s", s.Addr, err, log)
+	g := group(tb, dir)
+	addr, p, err := g.StartRedis(context.Background(), "redis-server", dir, extra...)
+	if err != nil {
+		log, _ := os.ReadFile(g.LogPath("redis-server"))
+		tb.Fatalf("%v\n%s", err, log)
 	}
-	return s
+	return &Server{Addr: addr, p: p}
 }
 
 // Real starts a real redis-server and returns a client on it.

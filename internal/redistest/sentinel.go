@@ -44,7 +44,11 @@ func Sentinel(tb testing.TB) *SentinelSetup {
 	if filepath.Base(bin) == "redis-server" {
 		args = append(args, "--sentinel")
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), p: start(tb, dir, "sentinel", bin, args...)}
+	p, err := group(tb, dir).Start("sentinel", exec.Command(bin, args...))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), p: p}
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addr})
 	defer func() { _ = sc.Close() }()
 	ctx := context.Background()

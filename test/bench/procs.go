@@ -19,23 +19,13 @@ import (
 // startRedis starts a redis-server on a free loopback port without
 // persistence (extra: more arguments) and waits until it answers.
 func startRedis(ctx context.Context, ps *proctest.Group, name string, extra ...string) (addr string, pid int, err error) {
-	port, err := proctest.FreePort()
-	if err != nil {
-		return "", 0, err
-	}
 	dir := filepath.Join(ps.Dir(), name+"-data")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", 0, err
 	}
-	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--daemonize", "no"}, extra...)
-	p, err := ps.Start(name, exec.Command("redis-server", args...))
+	addr, p, err := ps.StartRedis(ctx, name, dir, extra...)
 	if err != nil {
 		return "", 0, err
-	}
-	addr = "127.0.0.1:" + strconv.Itoa(port)
-	if err := proctest.WaitFor(ctx, p, 5*time.Second, func() bool { return proctest.RedisPing(addr) }); err != nil {
-		return "", 0, fmt.Errorf("redis-server on %s did not answer: %w", addr, err)
 	}
 	return addr, p.Pid(), nil
 }

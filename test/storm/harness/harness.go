@@ -126,34 +126,15 @@ func Start(ctx context.Context, o Options) (*Harness, error) {
 
 // ErrNoRedis is returned by [Start] when it must start redis-server and
 // none is on PATH.
-var ErrNoRedis = errNoRedis
+var ErrNoRedis = proctest.ErrNoRedis
 
 func (h *Harness) startRedis(ctx context.Context) (string, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", ErrNoRedis
-	}
 	dir := filepath.Join(h.dir, "redis")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
-	for range 3 {
-		port, err := proctest.FreePort()
-		if err != nil {
-			return "", err
-		}
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		p, err := h.spawn("redis", bin, false, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--save", "", "--appendonly", "no", "--dir", dir, "--daemonize", "no")
-		if err != nil {
-			return "", err
-		}
-		if err = proctest.WaitFor(ctx, p, 5*time.Second, func() bool { return proctest.RedisPing(addr) }); err == nil {
-			return addr, nil
-		}
-		p.Kill() // most likely the port was taken meanwhile: try another
-	}
-	return "", errors.New("harness: redis-server did not start (see redis.log)")
+	addr, _, err := h.procs.StartRedis(ctx, "redis", dir)
+	return addr, err
 }
 
 func (h *Harness) startReplica(ctx context.Context, i int) (string, error) {

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"errors"
 	"os/exec"
 
 	"github.com/cooldownd/cooldownd/internal/proctest"
@@ -16,5 +15,3 @@ func (h *Harness) spawn(name, bin string, pipes bool, args ...string) (*proctest
 	}
 	return h.procs.Start(name, exec.Command(bin, args...))
 }
-
-var errNoRedis = errors.New("redis-server not found on PATH")
