@@ -5,6 +5,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -166,8 +167,13 @@ func readCommandStats(ctx context.Context, tb testing.TB, nodes []*redis.Client)
 // at cleanup.
 func clusterMasters(ctx context.Context, tb testing.TB, c *redis.ClusterClient) []*redis.Client {
 	tb.Helper()
-	var addrs []string
+	var (
+		mu    sync.Mutex // ForEachMaster calls fn concurrently
+		addrs []string
+	)
 	if err := c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
 		addrs = append(addrs, m.Options().Addr)
 		return nil
 	}); err != nil {
