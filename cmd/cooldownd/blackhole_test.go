@@ -27,7 +27,7 @@ func TestDeadlinesHoldWhenRedisIsBlackholed(t *testing.T) {
 	t.Parallel()
 	srv := redistest.StartServer(t)
 	bh := redistest.StartProxy(t, srv.Addr) // blackholes Redis on Swallow
-	in := start(t, "--addr", "127.0.0.1:0", "--redis-url", "redis://"+bh.Addr(), "--readiness-timeout", "300ms")
+	in := start(t, "--addr", "127.0.0.1:0", "--redis-url", "redis://"+bh.Addr(), "--readiness-timeout", "300ms", "--redis-timeout", "200ms")
 	c := cooldownv1connect.NewCooldownServiceClient(h2c(), in.url())
 	req := func() *connect.Request[cooldownv1.AdmitRequest] {
 		return connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: newID(7)}}})

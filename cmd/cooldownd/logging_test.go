@@ -65,7 +65,7 @@ func TestVersionFlag(t *testing.T) {
 // record.
 func TestStartLine(t *testing.T) {
 	t.Parallel()
-	in := start(t, "--addr", "127.0.0.1:0", "--redis-timeout", "5s", "--log-format", "json", "--open-base", "1500ms", "--quota-block", "2h")
+	in := start(t, "--addr", "127.0.0.1:0", "--log-format", "json", "--open-base", "1500ms", "--quota-block", "2h")
 	require.NoError(t, in.stop(t))
 	recs, err := in.logs.Records()
 	require.NoError(t, err, "every line is a JSON record")
@@ -248,7 +248,7 @@ func TestHTTPErrorLog(t *testing.T) {
 // connection with an error code leaves no warning in the log.
 func TestClientGOAWAYIsNotAWarning(t *testing.T) {
 	t.Parallel()
-	in := start(t, "--addr", "127.0.0.1:0", "--redis-timeout", "5s", "--log-format", "json")
+	in := start(t, "--addr", "127.0.0.1:0", "--log-format", "json")
 	c, err := net.Dial("tcp", in.addr)
 	require.NoError(t, err)
 	frame := func(typ byte, payload []byte) []byte {
@@ -280,7 +280,7 @@ func TestClientGOAWAYIsNotAWarning(t *testing.T) {
 // line with actor, reason and duration, with the same short id.
 func TestAccessAndAuditLog(t *testing.T) {
 	t.Parallel()
-	in := start(t, "--addr", "127.0.0.1:0", "--redis-timeout", "5s", "--log-format", "json", "--log-level", "debug")
+	in := start(t, "--addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug")
 	id := newID(0xab)
 	id[3] = 0x12
 	c := cooldownv1connect.NewCooldownServiceClient(http.DefaultClient, in.url())
@@ -373,7 +373,7 @@ func TestMetricsProtection(t *testing.T) {
 	}
 	t.Run("token", func(t *testing.T) {
 		t.Parallel()
-		in := start(t, "--addr", "127.0.0.1:0", "--redis-timeout", "5s", "--metrics-token-file", tokFile)
+		in := start(t, "--addr", "127.0.0.1:0", "--metrics-token-file", tokFile)
 		tests := []struct {
 			name   string
 			bearer string
@@ -391,7 +391,7 @@ func TestMetricsProtection(t *testing.T) {
 	})
 	t.Run("separate address", func(t *testing.T) {
 		t.Parallel()
-		in := start(t, "--addr", "127.0.0.1:0", "--redis-timeout", "5s", "--metrics-addr", "127.0.0.1:0", "--log-format", "json")
+		in := start(t, "--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0", "--log-format", "json")
 		lines := in.logs.Find("cooldownd serving")
 		require.Len(t, lines, 1)
 		maddr := lines[0].Str("metrics")

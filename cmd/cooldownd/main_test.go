@@ -45,6 +45,10 @@ func start(t *testing.T, args ...string) *instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan string, 1)
+	// A generous store timeout: these tests are about behaviour, not about
+	// timeouts, on a loaded machine. A test's own --redis-timeout, later
+	// on the command line, wins.
+	args = append([]string{"--redis-timeout", "5s"}, args...)
 	go func() { in.done <- run(ctx, args, envOf(nil), io.Discard, in.logs, ready) }()
 	t.Cleanup(func() {
 		cancel()
