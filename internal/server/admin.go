@@ -79,7 +79,7 @@ func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[
 	if o == breaker.NoOverride {
 		until = ""
 	}
-	s.audit(ctx, action, who, id, snap, slog.String("override", overrideName(o)), slog.String("duration", until), slog.String("reason", m.GetReason()))
+	s.audit(ctx, action, who, id, snap, slog.String("override", o.String()), slog.String("duration", until), slog.String("reason", m.GetReason()))
 	return connect.NewResponse(&cooldownv1.ForceConnectionResponse{Connection: stateProto(snap, false)}), nil
 }
 
@@ -91,14 +91,4 @@ func (s *Server) audit(ctx context.Context, msg string, who Identity, id keys.ID
 	base := []slog.Attr{slog.Bool("audit", true), slog.String("tenant", snap.Tenant), slog.String("id", ShortID(id)),
 		slog.String("label", snap.Label), slog.String("actor", who.Name), slog.String("role", who.Role.String())}
 	s.log.LogAttrs(ctx, slog.LevelInfo, msg, append(append(base, attrs...), slog.Uint64("revision", snap.State.Revision))...)
-}
-
-func overrideName(o breaker.Override) string {
-	switch o {
-	case breaker.ForcedOpen:
-		return "forced_open"
-	case breaker.ForcedClosed:
-		return "forced_closed"
-	}
-	return "none"
 }

@@ -117,21 +117,14 @@ func newMetrics(version, revision string) *Metrics {
 	return m
 }
 
-var decisionNames = map[breaker.Decision]string{breaker.Allow: "allow", breaker.AllowProbe: "allow_probe", breaker.Deny: "deny"}
-
-var reasonNames = map[breaker.DenyReason]string{
-	breaker.ReasonNone: "", breaker.ReasonCooldown: "cooldown", breaker.ReasonOpen: "open", breaker.ReasonProbeInFlight: "probe_in_flight",
-	breaker.ReasonQuota: "quota", breaker.ReasonAuth: "auth", breaker.ReasonForcedOpen: "forced_open", breaker.ReasonOverloaded: "overloaded",
-}
-
-var outcomeNames = map[breaker.Outcome]string{
-	breaker.OutcomeSuccess: "success", breaker.OutcomeTransientFailure: "transient_failure", breaker.OutcomeRateLimited: "rate_limited",
-	breaker.OutcomeOverloaded: "overloaded", breaker.OutcomeQuotaExhausted: "quota_exhausted", breaker.OutcomeAuthFailure: "auth_failure",
-	breaker.OutcomeClientError: "client_error", breaker.OutcomeCanceled: "canceled",
-}
-
 func (m *Metrics) admit(d store.Decision) {
-	m.admits.WithLabelValues(decisionNames[d.Decision], reasonNames[d.Reason]).Inc()
+	// Label values are the breaker's names; an admit that was not denied
+	// has an empty reason, as the series always had.
+	reason := ""
+	if d.Reason != breaker.ReasonNone {
+		reason = d.Reason.String()
+	}
+	m.admits.WithLabelValues(d.Decision.String(), reason).Inc()
 }
 
 func (m *Metrics) report(o breaker.Outcome, accepted bool) {
@@ -139,7 +132,7 @@ func (m *Metrics) report(o breaker.Outcome, accepted bool) {
 	if accepted {
 		a = "true"
 	}
-	m.reports.WithLabelValues(outcomeNames[o], a).Inc()
+	m.reports.WithLabelValues(o.String(), a).Inc()
 }
 
 // redisOps are the op label values of cooldownd_redis_duration_seconds;
