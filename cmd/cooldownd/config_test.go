@@ -219,9 +219,11 @@ func TestUnknownEnvironment(t *testing.T) {
 		"COOLDOWND_IDEL_TTL=1h", "COOLDOWND_IDLE_TTL=2h", "COOLDOWND_REDIS_PASSWORD=x", "COOLDOWND_TOKEN=y",
 		"COOLDOWND_PORT=tcp://10.0.0.1:8080", "COOLDOWND_PORT_8080_TCP_ADDR=10.0.0.1", "COOLDOWND_SERVICE_HOST=10.0.0.1",
 		"COOLDOWND_SERVICE_PORT_HTTP=8080", "COOLDOWND_REDIS_SERVICE_HOST=10.0.0.2", "COOLDOWND_LOG_LEVLE=debug", "HOME=/root",
+		"COOLDOWND_VERSION=1", // --version is an action: no variable sets it
 	}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, []string{"COOLDOWND_IDEL_TTL", "COOLDOWND_LOG_LEVLE"}, c.unknownEnv)
+	assert.False(t, c.version)
+	assert.Equal(t, []string{"COOLDOWND_IDEL_TTL", "COOLDOWND_LOG_LEVLE", "COOLDOWND_VERSION"}, c.unknownEnv)
 	assert.Equal(t, 2*time.Hour, c.idleTTL)
 }
 

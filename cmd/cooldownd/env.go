@@ -35,7 +35,7 @@ var serviceLink = regexp.MustCompile(`^COOLDOWND(_[A-Z0-9]+)*_(SERVICE_HOST|SERV
 // unknown returns the COOLDOWND_* variables that set no flag of fs, sorted.
 func (e environ) unknown(fs *flag.FlagSet) []string {
 	known := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = f.Name != "version" }) // --version is an action: no variable sets it
 	for _, k := range envOnly {
 		known[k] = true
 	}
