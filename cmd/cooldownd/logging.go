@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -155,6 +156,10 @@ type redisHealth struct {
 	now  func() time.Time
 	slow time.Duration
 
+	// healthy mirrors state == healthOK for the lock-free fast path: a
+	// fast answer while healthy (nearly every round trip) takes no lock.
+	healthy atomic.Bool
+
 	mu    sync.Mutex
 	state healthState
 	since time.Time
@@ -174,7 +179,9 @@ const (
 const fastToRecover = 5
 
 func newRedisHealth(l *slog.Logger, now func() time.Time, slow time.Duration) *redisHealth {
-	return &redisHealth{log: l, now: now, slow: slow}
+	h := &redisHealth{log: l, now: now, slow: slow}
+	h.healthy.Store(true)
+	return h
 }
 
 // observe records one round trip that took d and ended with err.
@@ -205,6 +212,9 @@ func isNetworkOrTimeout(err error) bool {
 }
 
 func (h *redisHealth) move(to healthState, d time.Duration, err error) {
+	if to == healthOK && h.healthy.Load() {
+		return
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	now := h.now()
@@ -221,6 +231,7 @@ func (h *redisHealth) move(to healthState, d time.Duration, err error) {
 		return
 	}
 	h.state, h.since, h.fast = to, now, 0
+	h.healthy.Store(to == healthOK)
 	d, lasted = measured(d), measured(lasted)
 	switch {
 	case to == healthDown:
