@@ -75,8 +75,8 @@ func TestConnection(t *testing.T) {
 		want                             string // label
 		err                              bool
 	}{
-		{name: "default label", provider: "OpenAI", endpoint: "https://api.openai.com/v1", scope: "gpt-4o", want: "openai gpt-4o …"},
-		{name: "default label no scope", provider: "anthropic", endpoint: "https://api.anthropic.com", want: "anthropic …"},
+		{name: "default label", provider: "OpenAI", endpoint: "https://api.openai.com/v1", scope: "gpt-4o", want: "openai gpt-4o "},
+		{name: "default label no scope", provider: "anthropic", endpoint: "https://api.anthropic.com", want: "anthropic "},
 		{name: "own label", provider: "openai", endpoint: "https://api.openai.com/v1", label: " prod gpt-4o ", want: "prod gpt-4o"},
 		{name: "long scope cut", provider: "openai", endpoint: "https://api.openai.com/v1", scope: strings.Repeat("é", 40), want: "openai é"},
 		{name: "label too long", provider: "openai", endpoint: "https://api.openai.com/v1", label: strings.Repeat("x", MaxLabelLen+1), err: true},
@@ -95,6 +95,9 @@ func TestConnection(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.True(t, strings.HasPrefix(cn.Label(), tt.want), "label %q", cn.Label())
+			if tt.label == "" {
+				assert.True(t, strings.HasSuffix(cn.Label(), " "+cn.ID().Short()+"…"), "a default label ends with the short id: %q", cn.Label())
+			}
 			assert.LessOrEqual(t, len(cn.Label()), MaxLabelLen)
 			assert.False(t, cn.IsZero())
 		})
@@ -109,7 +112,7 @@ func TestConnection(t *testing.T) {
 	s, err := salted.Connection("openai", "https://api.openai.com/v1", "k1", "", "")
 	require.NoError(t, err)
 	assert.NotEqual(t, a.ID(), s.ID(), "the salt keys the id")
-	assert.Equal(t, "openai …"+a.ID().Short(), a.String())
+	assert.Equal(t, "openai "+a.ID().Short()+"…", a.String())
 	id, err := ParseID(a.ID().String())
 	require.NoError(t, err)
 	assert.Equal(t, a, NewConn(id, a.Label()))

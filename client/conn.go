@@ -47,15 +47,16 @@ func (c Conn) Label() string { return c.label }
 // IsZero reports whether c is the zero Conn.
 func (c Conn) IsZero() bool { return c.id.IsZero() }
 
-// String returns the label and the short id, e.g. "openai gpt-4o …a1b2".
+// String returns the label and the short id, e.g. "openai gpt-4o 0a1b2c3d…".
 func (c Conn) String() string {
-	if strings.HasSuffix(c.label, "…"+c.id.Short()) {
+	short := c.id.Short() + "…"
+	switch {
+	case strings.HasSuffix(c.label, short):
 		return c.label
+	case c.label == "":
+		return short
 	}
-	if c.label == "" {
-		return "…" + c.id.Short()
-	}
-	return c.label + " …" + c.id.Short()
+	return c.label + " " + short
 }
 
 // LogValue implements [slog.LogValuer]: the label and the short id.
@@ -92,13 +93,13 @@ func (c *Client) Connection(provider, endpoint, credential, scope, label string)
 	return Conn{id: id, label: label}, nil
 }
 
-// defaultLabel builds "<provider> <scope> …<short id>", cut to MaxLabelLen.
+// defaultLabel builds "<provider> <scope> <short id>…", cut to MaxLabelLen.
 func defaultLabel(provider, scope string, id ID) string {
 	parts := []string{strings.ToLower(strings.TrimSpace(provider))}
 	if s := strings.TrimSpace(scope); s != "" && utf8.ValidString(s) && strings.IndexFunc(s, notPrint) < 0 {
 		parts = append(parts, s)
 	}
-	suffix := " …" + id.Short()
+	suffix := " " + id.Short() + "…"
 	l := strings.Join(parts, " ")
 	for len(l)+len(suffix) > MaxLabelLen {
 		_, size := utf8.DecodeLastRuneInString(l)

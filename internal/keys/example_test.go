@@ -21,11 +21,11 @@ func ExampleDerive() {
 	}
 	fmt.Println(id)
 	fmt.Println(c) // The credential is never printed.
-	fmt.Println("label: openai gpt-4o …" + id.Short())
+	fmt.Println("label: openai gpt-4o " + id.Short() + "…")
 	// Output:
 	// f3612d0254c7ab99edd32f37f1d989eefa9c8f9ae5eb35b588c172e9b94a50e0
 	// openai https://api.openai.com/v1 scope="gpt-4o"
-	// label: openai gpt-4o …50e0
+	// label: openai gpt-4o f3612d02…
 }
 
 func ExampleNormalizeEndpoint() {

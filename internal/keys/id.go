@@ -84,9 +84,14 @@ func (id ID) String() string { return hex.EncodeToString(id[:]) }
 // Bytes returns a copy of the 32 bytes of id.
 func (id ID) Bytes() []byte { return append([]byte(nil), id[:]...) }
 
-// Short returns the last 4 hex characters of id, for human labels such as
-// "openai gpt-4o …a1b2". It is not unique.
-func (id ID) Short() string { return hex.EncodeToString(id[len(id)-2:]) }
+// ShortLen is how many hex digits of an id people see: the first 8, in
+// logs, the dashboard, cooldownctl and default labels alike.
+const ShortLen = 8
+
+// Short returns the first [ShortLen] hex digits of id, the form people
+// see, as in the label "openai gpt-4o 0a1b2c3d…". It is not unique: among
+// 1,000 ids two share it with a chance of about 1 in 8,600.
+func (id ID) Short() string { return hex.EncodeToString(id[:ShortLen/2]) }
 
 // IsZero reports whether id is the zero ID.
 func (id ID) IsZero() bool { return id == ID{} }

@@ -38,7 +38,7 @@ func TestParseID(t *testing.T) {
 	id, err := keys.ParseID(valid)
 	require.NoError(t, err)
 	assert.Equal(t, valid, id.String())
-	assert.Equal(t, "a1b2", id.Short())
+	assert.Equal(t, "00112233", id.Short())
 	assert.False(t, id.IsZero())
 	assert.True(t, keys.ID{}.IsZero())
 

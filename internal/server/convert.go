@@ -105,13 +105,8 @@ func policyProto(p breaker.Policy) *cooldownv1.Policy {
 	}
 }
 
-// ShortIDLen is how many hex digits of a connection id people see: the
-// first 8, in logs, the dashboard, cooldownctl and labels alike.
-const ShortIDLen = 8
-
-// ShortID is the form of a connection id that people see: its first
-// ShortIDLen hex digits.
-func ShortID(id keys.ID) string { return id.String()[:ShortIDLen] }
+// ShortID is the form of a connection id that people see (keys.ID.Short).
+func ShortID(id keys.ID) string { return id.Short() }
 
 // human rounds a duration for people: 950ms, 1.5s, 4m10s, 2h5m, 720h.
 func human(d time.Duration) string {

@@ -11,7 +11,7 @@ import (
 )
 
 // errSecretLabel is why a label that looks like a credential is refused.
-var errSecretLabel = errors.New("looks like a secret (API key, bearer token, JWT, URL credentials or a long random string); use a short human label such as \"openai gpt-4o …a1b2\"")
+var errSecretLabel = errors.New("looks like a secret (API key, bearer token, JWT, URL credentials or a long random string); use a short human label such as \"openai gpt-4o 0a1b2c3d…\"")
 
 // checkLabel accepts short human labels and refuses anything that looks
 // like a secret, so credentials never reach Redis or the dashboard.

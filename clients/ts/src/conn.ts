@@ -19,11 +19,12 @@ export class Conn {
     this.idHex = idHex(id);
     this.label = label;
   }
-  /** The last 4 hex characters of the id. */
-  get short(): string { return this.idHex.slice(-4); }
+  /** The first 8 hex digits of the id, the form people see (logs, dashboard, cooldownctl, labels). */
+  get short(): string { return this.idHex.slice(0, 8); }
   toString(): string {
-    if (this.label.endsWith("…" + this.short)) return this.label;
-    return this.label === "" ? "…" + this.short : `${this.label} …${this.short}`;
+    const short = this.short + "…";
+    if (this.label.endsWith(short)) return this.label;
+    return this.label === "" ? short : `${this.label} ${short}`;
   }
   toJSON(): { label: string; id: string } { return { label: this.label, id: this.short }; }
 }
@@ -32,7 +33,7 @@ const notPrint = /[\p{Cc}\p{Cf}\p{Cs}\p{Co}\p{Cn}\p{Zl}\p{Zp}]/u;
 
 /** The input of Client.connection: the key inputs and an optional label. */
 export interface ConnectionSpec extends ConnectionInput {
-  /** Dashboard label; empty: "<provider> <scope> …<4 hex>". At most 64 bytes, never the credential. */
+  /** Dashboard label; empty: "<provider> <scope> <8 hex>…". At most 64 bytes, never the credential. */
   label?: string;
 }
 
@@ -46,7 +47,7 @@ export function makeConn(salt: Uint8Array, spec: ConnectionSpec): Conn {
   }
   let label = (spec.label ?? "").trim();
   if (label === "") {
-    label = defaultLabel(spec.provider, spec.scope ?? "", idHex(id).slice(-4));
+    label = defaultLabel(spec.provider, spec.scope ?? "", idHex(id).slice(0, 8));
   } else if (enc.encode(label).length > MaxLabelLen || notPrint.test(label)) {
     throw new InvalidConnError(`label must be printable UTF-8 of at most ${MaxLabelLen} bytes`);
   } else if (spec.credential.length >= 4 && label.includes(spec.credential)) {
@@ -59,7 +60,7 @@ function defaultLabel(provider: string, scope: string, short: string): string {
   const parts = [provider.trim().toLowerCase()];
   const s = scope.trim();
   if (s !== "" && !notPrint.test(s)) parts.push(s);
-  const suffix = " …" + short;
+  const suffix = " " + short + "…";
   let l = parts.join(" ");
   while (enc.encode(l + suffix).length > MaxLabelLen) l = [...l].slice(0, -1).join("");
   return l + suffix;

@@ -122,7 +122,7 @@ test("headers: parsing details", () => {
 test("connections: labels, validation, no credential in errors", () => {
   const c = new Client("http://127.0.0.1:9", { logger: silentLogger });
   const x = c.connection({ provider: " OpenAI", endpoint: "https://api.openai.com/v1", credential: "sk-abc", scope: "gpt-4o" });
-  assert.match(x.label, /^openai gpt-4o …[0-9a-f]{4}$/);
+  assert.match(x.label, /^openai gpt-4o [0-9a-f]{8}…$/);
   assert.equal(x.idHex.length, 64);
   assert.equal(String(x), x.label);
   assert.throws(() => c.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: "sk-abcdef", label: "my sk-abcdef" }),

@@ -447,7 +447,7 @@ type Connection struct {
 	// The 32-byte connection id.
 	Id []byte `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// An optional short human label for the dashboard, such as
-	// "openai gpt-4o …a1b2". Labels that look like secrets are rejected.
+	// "openai gpt-4o 0a1b2c3d…". Labels that look like secrets are rejected.
 	Label         string `protobuf:"bytes,2,opt,name=label,proto3" json:"label,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

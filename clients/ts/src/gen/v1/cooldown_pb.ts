@@ -39,7 +39,7 @@ export type Connection = Message<"cooldown.v1.Connection"> & {
 
   /**
    * An optional short human label for the dashboard, such as
-   * "openai gpt-4o …a1b2". Labels that look like secrets are rejected.
+   * "openai gpt-4o 0a1b2c3d…". Labels that look like secrets are rejected.
    *
    * @generated from field: string label = 2;
    */
