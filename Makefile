@@ -82,8 +82,14 @@ chaos:
 storm:
 	go run ./test/storm
 
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILDINFO := github.com/cooldownd/cooldownd/cmd/internal/buildinfo
+LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)
+## build: bin/cooldownd and bin/cooldownctl, stamped with the version (git describe) and revision.
 build:
-	go build -o bin/cooldownd ./cmd/cooldownd
+	go build -ldflags "$(LDFLAGS)" -o bin/cooldownd ./cmd/cooldownd
+	go build -ldflags "$(LDFLAGS)" -o bin/cooldownctl ./cmd/cooldownctl
 
 ## ts-deps: the TypeScript client's pinned npm dependencies (clients/ts/package-lock.json), once.
 ts-deps:
