@@ -228,7 +228,7 @@ func (s *State) Force(now int64, o Override, untilMs int64, actor, reason string
 	}
 	s.OverrideUntil = 0
 	s.resetCounts()
-	return append(evs, s.transition(now, Closed, CauseReset, actor, reason))
+	return append(evs, s.transition(now, Closed, CauseOverrideCleared, actor, reason))
 }
 
 // Reset clears the connection back to closed, keeping the revision

@@ -1186,8 +1186,8 @@ func TestOverrides(t *testing.T) {
 			given:  forcedOpen(4, 0),
 			now:    n,
 			do:     forceOp(NoOverride, until, "bob", "done"),
-			want:   State{Phase: Closed, Cause: CauseReset, Revision: 5},
-			events: []Event{evBy(Open, Closed, CauseReset, 5, "bob", "done")},
+			want:   State{Phase: Closed, Cause: CauseOverrideCleared, Revision: 5},
+			events: []Event{evBy(Open, Closed, CauseOverrideCleared, 5, "bob", "done")},
 		},
 		{
 			name:   "an expired override settles before a new force",
@@ -1326,7 +1326,7 @@ func TestEventLog(t *testing.T) {
 		{at: n + 40_001, do: forceOp(ForcedOpen, n+50_000, "alice", "maintenance"), want: []Event{evBy(Closed, Open, CauseForced, r+10, "alice", "maintenance")}},
 		{at: n + 50_000, do: admitOp("c"), want: []Event{ev(Open, HalfOpen, CauseForceExpired, r+11)}},
 		{at: n + 50_001, do: forceOp(ForcedOpen, 0, "carol", ""), want: []Event{evBy(HalfOpen, Open, CauseForced, r+12, "carol", "")}},
-		{at: n + 50_002, do: forceOp(NoOverride, 0, "carol", ""), want: []Event{evBy(Open, Closed, CauseReset, r+13, "carol", "")}},
+		{at: n + 50_002, do: forceOp(NoOverride, 0, "carol", ""), want: []Event{evBy(Open, Closed, CauseOverrideCleared, r+13, "carol", "")}},
 		{at: n + 50_003, do: resetOp("dave", "cleanup"), want: []Event{evBy(Closed, Closed, CauseReset, r+14, "dave", "cleanup")}},
 	}
 	var log []Event

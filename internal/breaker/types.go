@@ -34,9 +34,11 @@ const (
 	CauseProbeSuccess Cause = 8
 	CauseOpenExpired  Cause = 9
 	CauseForceExpired Cause = 10
+	// CauseOverrideCleared: an operator cleared an override.
+	CauseOverrideCleared Cause = 11
 )
 
-var causeNames = [...]string{"none", "breaker", "rate_limit", "overload", "quota", "auth", "forced", "reset", "probe_success", "open_expired", "force_expired"}
+var causeNames = [...]string{"none", "breaker", "rate_limit", "overload", "quota", "auth", "forced", "reset", "probe_success", "open_expired", "force_expired", "override_cleared"}
 
 // String returns the cause's snake_case name.
 func (c Cause) String() string { return name(causeNames[:], c, "cause") }

@@ -58,7 +58,7 @@ func TestEnumNames(t *testing.T) {
 	}{
 		{"phase", []string{"closed", "open", "half_open"}, func(v uint8) string { return Phase(v).String() }, 1, 4},
 		{"cause", []string{"none", "breaker", "rate_limit", "overload", "quota", "auth", "forced", "reset", "probe_success",
-			"open_expired", "force_expired"}, func(v uint8) string { return Cause(v).String() }, 0, 11},
+			"open_expired", "force_expired", "override_cleared"}, func(v uint8) string { return Cause(v).String() }, 0, 12},
 		{"outcome", []string{"unspecified", "success", "transient_failure", "rate_limited", "overloaded", "quota_exhausted",
 			"auth_failure", "client_error", "canceled"}, func(v uint8) string { return Outcome(v).String() }, 0, 9},
 		{"decision", []string{"allow", "allow_probe", "deny"}, func(v uint8) string { return Decision(v).String() }, 1, 4},

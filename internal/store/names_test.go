@@ -55,7 +55,7 @@ func TestLuaConstantsMatchTheModel(t *testing.T) {
 	assert.Equal(t, want, luaTable(t, src, "PHASE"))
 
 	want = map[string]int{}
-	for c := breaker.CauseNone; c <= breaker.CauseForceExpired; c++ {
+	for c := breaker.CauseNone; c <= breaker.CauseOverrideCleared; c++ {
 		want[upper(c.String())] = int(c)
 	}
 	assert.Equal(t, want, luaTable(t, src, "CAUSE"))

@@ -13,7 +13,7 @@ export type Phase = (typeof Phase)[keyof typeof Phase];
 /** Why a connection is open, or what caused its last transition. */
 export const Cause = {
   None: 0, Breaker: 1, RateLimit: 2, Overload: 3, Quota: 4, Auth: 5, Forced: 6, Reset: 7,
-  ProbeSuccess: 8, OpenExpired: 9, ForceExpired: 10,
+  ProbeSuccess: 8, OpenExpired: 9, ForceExpired: 10, OverrideCleared: 11,
 } as const;
 export type Cause = (typeof Cause)[keyof typeof Cause];
 
@@ -417,7 +417,7 @@ export class State {
     }
     this.overrideUntil = 0;
     this.resetCounts();
-    return [...evs, this.transition(now, Phase.Closed, Cause.Reset, actor, reason)];
+    return [...evs, this.transition(now, Phase.Closed, Cause.OverrideCleared, actor, reason)];
   }
 
   /** Clears the connection back to closed, keeping the revision increasing. */

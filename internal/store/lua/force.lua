@@ -27,7 +27,7 @@ else
   else
     s.override_until = 0
     reset_counts(s)
-    transition(s, now, PHASE.CLOSED, CAUSE.RESET, actor, reason)
+    transition(s, now, PHASE.CLOSED, CAUSE.OVERRIDE_CLEARED, actor, reason)
   end
 end
 save(s)
