@@ -76,7 +76,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.maxConnsTenant, "max-connections-per-tenant", 100000, "live connections a tenant may hold; more answer resource_exhausted")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept")
+	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept (at least this long after its last report, up to 9/8 of it)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.history, "history", 50, "transitions kept per connection")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 200*time.Millisecond, "bound of each Redis round trip (a request's shorter deadline wins); keep it under the clients' admit timeout (250ms)")

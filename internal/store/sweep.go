@@ -38,12 +38,15 @@ func (s *Store) Run(ctx context.Context) error {
 			_ = lock.Release(rctx)
 		}
 	}()
+	trouble := sweepTrouble{log: slog.Default()}
 	for {
-		lock = s.holdSweepLock(ctx, lock)
+		var err error
+		lock, err = s.holdSweepLock(ctx, lock)
 		if lock != nil {
-			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				slog.Warn("store: sweep failed; retrying next round", "err", err)
-			}
+			err = s.Sweep(ctx)
+		}
+		if ctx.Err() == nil {
+			trouble.note(time.Now(), err)
 		}
 		select {
 		case <-ctx.Done():
@@ -53,23 +56,42 @@ func (s *Store) Run(ctx context.Context) error {
 	}
 }
 
+// sweepTrouble logs a failing sweeper once when it starts failing and
+// once when it works again, with how long it failed — not every round
+// (twice a second during a Redis outage).
+type sweepTrouble struct {
+	log   *slog.Logger
+	since time.Time // zero: working
+	count int
+}
+
+func (t *sweepTrouble) note(now time.Time, err error) {
+	switch {
+	case err != nil && t.since.IsZero():
+		t.since, t.count = now, 1
+		t.log.Warn("store: the sweeper cannot run; timed transitions wait until it can", "err", err)
+	case err != nil:
+		t.count++
+	case !t.since.IsZero():
+		t.log.Info("store: the sweeper runs again", "failed_for", now.Sub(t.since).Round(time.Millisecond).String(), "failed_rounds", t.count)
+		t.since, t.count = time.Time{}, 0
+	}
+}
+
 // holdSweepLock refreshes the sweeper lock, or tries to take it, and
-// returns it when held.
-func (s *Store) holdSweepLock(ctx context.Context, lock *redislock.Lock) *redislock.Lock {
+// returns it when held; another replica holding it is no error.
+func (s *Store) holdSweepLock(ctx context.Context, lock *redislock.Lock) (*redislock.Lock, error) {
 	if lock != nil {
 		if err := lock.Refresh(ctx, s.sweepTTL, nil); err == nil {
-			return lock
+			return lock, nil
 		}
 		// Lost (lapsed, or Redis failed over): contend again.
 	}
 	l, err := s.locks.Obtain(ctx, keys.SweepLock, s.sweepTTL, nil)
-	if err != nil {
-		if !errors.Is(err, redislock.ErrNotObtained) && ctx.Err() == nil {
-			slog.Warn("store: sweeper lock", "err", err)
-		}
-		return nil
+	if errors.Is(err, redislock.ErrNotObtained) {
+		return nil, nil
 	}
-	return l
+	return l, err
 }
 
 // Sweep looks once at every connection whose wake time has come, in every
