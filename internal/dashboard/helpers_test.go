@@ -17,6 +17,7 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/auth"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
 	"github.com/cooldownd/cooldownd/internal/store"
@@ -66,7 +67,11 @@ type liveServer struct {
 func newLiveServer(t *testing.T, auth server.Authenticator) *liveServer {
 	t.Helper()
 	_, rdb := redistest.Mini(t)
-	st, err := store.New(rdb, store.Options{})
+	// Breaker opens last minutes, not the default 10 s, so a tripped row is
+	// still open when a slow machine gets to look at it.
+	p := breaker.DefaultPolicy()
+	p.OpenBase, p.OpenMax = 2*time.Minute, 10*time.Minute
+	st, err := store.New(rdb, store.Options{Policy: &p})
 	require.NoError(t, err)
 	l := &liveServer{t: t, st: st, auth: auth, addr: "127.0.0.1:0"}
 	l.start()

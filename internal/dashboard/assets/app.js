@@ -176,6 +176,17 @@
     return Math.floor(h / 24) + 'd ' + (h % 24) + 'h';
   }
 
+  // fmtSpan writes a length of time the way a policy states it: 500ms,
+  // 9.8s, 30s, 1m30s, 1h.
+  function fmtSpan(ms) {
+    if (ms <= 0) return '0s';
+    if (ms < 1000) return Math.round(ms) + 'ms';
+    if (ms < 60000 && ms % 1000 >= 50) return (ms / 1000).toFixed(1) + 's';
+    const total = Math.round(ms / 1000);
+    const h = Math.floor(total / 3600), m = Math.floor((total % 3600) / 60), sec = total % 60;
+    return (h ? h + 'h' : '') + (m ? m + 'm' : '') + (sec ? sec + 's' : '');
+  }
+
   function fmtAgo(t) {
     if (!t) return '—';
     const ms = serverNow() - t;
@@ -309,7 +320,7 @@
       return 'transient failures';
     }
     const cf = p.consecutiveFailures || 0, rate = p.failureRate || 0, minCalls = p.minCalls || 0;
-    const win = fmtDur(durMs(p.window)).replace(/ 00s$/, '');
+    const win = fmtSpan(durMs(p.window));
     const byCount = cf + ' consecutive failures';
     const byRate = t ? 'failure rate ' + pct(failures / calls) + ' over ' + win + ' (' + failures + '/' + calls + ')'
       : 'failure rate ≥ ' + pct(rate) + ' over ' + win;
@@ -325,7 +336,7 @@
     const m = row.m, p = row.policy;
     const st = m.status ? ' from a ' + m.status : '';
     const dur = m.openUntil && m.changed ? m.openUntil - m.changed : 0;
-    const d = dur > 0 ? fmtDur(dur) : '';
+    const d = dur > 0 ? fmtSpan(dur) : '';
     if (m.override === 'forced open') return 'forced open by an operator';
     if (m.override === 'forced closed') return 'forced closed by an operator: calls admitted, failures ignored';
     if (m.state === 'open') {
@@ -335,7 +346,7 @@
             return 'the policy’s ' + d + ' cooldown after a 429 without Retry-After';
           }
           return (d ? 'Retry-After ' + d : 'rate limited') + (st || ' (rate limit hint)');
-        case 'overload': return 'overloaded' + st + (d ? ': cooling down ' + d : '') + (p && durMs(p.overloadFloor) ? ' (floor ' + fmtDur(durMs(p.overloadFloor)) + ')' : '');
+        case 'overload': return 'overloaded' + st + (d ? ': cooling down ' + d : '') + (p && durMs(p.overloadFloor) ? ' (floor ' + fmtSpan(durMs(p.overloadFloor)) + ')' : '');
         case 'quota': return 'quota exhausted' + st + (m.code ? ' (' + m.code + ')' : '') + (d ? ': blocked ' + d : '');
         case 'auth': return 'credential rejected' + st + (d ? ': blocked ' + d : '');
         case 'breaker': return tripRule(row) + (m.reopens > 1 ? '; re-open ' + m.reopens : '') + (d ? ', open ' + d : '') + (m.status ? ' (last: ' + m.status + ')' : '');
@@ -844,7 +855,7 @@
       dl.append(el('dt', { text: 'Policy' }), el('dd', { class: 'dim', text: 'loading…' }));
       return;
     }
-    const d = (v) => (durMs(v) > 0 ? fmtDur(durMs(v)).replace(/ 00s$/, '') : 'off');
+    const d = (v) => (durMs(v) > 0 ? fmtSpan(durMs(v)) : 'off');
     const cf = p.consecutiveFailures || 0, rate = p.failureRate || 0;
     field(dl, 'Trips after', cf ? cf + ' consecutive failures' : 'off (consecutive rule)');
     field(dl, 'Or at', rate ? '≥ ' + pct(rate) + ' failures over ' + d(p.window) + ', once ' + (p.minCalls || 0) + ' calls' : 'off (rate rule)');
@@ -853,7 +864,7 @@
     field(dl, 'Overload floor', d(p.overloadFloor));
     field(dl, 'Quota block', d(p.quotaBlock));
     field(dl, 'Auth block', d(p.authBlock));
-    field(dl, 'Probes', (p.maxProbes || 1) + ' at once, lease ' + d(p.leaseTTL));
+    field(dl, 'Probes', (p.maxProbes || 1) + ' at once, lease ' + d(p.leaseTtl));
   }
 
   const SVGNS = 'http://www.w3.org/2000/svg';
