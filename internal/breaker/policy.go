@@ -88,51 +88,34 @@ func DefaultPolicy() Policy {
 	}
 }
 
-// Validate reports the first nonsensical value, wrapping [ErrInvalidPolicy].
+// Validate reports the first nonsensical value as a [*PolicyError],
+// wrapping [ErrInvalidPolicy]: each knob's own bounds first, in the order
+// of [Knobs], then the rules between knobs.
 func (p Policy) Validate() error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, args...))
-	}
-	durations := []struct {
-		name string
-		d    time.Duration
-	}{
-		{"window", p.Window}, {"open_base", p.OpenBase}, {"open_max", p.OpenMax},
-		{"rate_limit_default", p.RateLimitDefault}, {"overload_floor", p.OverloadFloor},
-		{"quota_block", p.QuotaBlock}, {"auth_block", p.AuthBlock}, {"lease_ttl", p.LeaseTTL},
-	}
-	for _, f := range durations {
-		if f.d < 0 {
-			return bad("%s must not be negative, got %s", f.name, f.d)
-		}
-		if f.d > MaxDuration {
-			return bad("%s must be at most %s, got %s", f.name, MaxDuration, f.d)
-		}
-		if f.d%time.Millisecond != 0 {
-			return bad("%s must be whole milliseconds, got %s", f.name, f.d)
+	for _, k := range knobs {
+		if err := k.check(p); err != nil {
+			return err
 		}
 	}
+	rate, minCalls, window, openBase, openMax := knobFailureRate, knobMinCalls, knobWindow, knobOpenBase, knobOpenMax
+	on := func(name func(*Knob) string) string { return " while " + name(rate) + " is on" }
 	switch {
-	case p.ConsecutiveFailures < 0 || p.ConsecutiveFailures > MaxCount:
-		return bad("consecutive_failures must be in [0, %d], got %d", MaxCount, p.ConsecutiveFailures)
-	case math.IsNaN(p.FailureRate) || p.FailureRate < 0 || p.FailureRate > 1:
-		return bad("failure_rate must be in (0, 1] or 0 to disable, got %v", p.FailureRate)
 	case p.FailureRate > 0 && p.RateBasisPoints() == 0:
-		return bad("failure_rate must be at least 0.0001 (one basis point) or 0 to disable, got %v", p.FailureRate)
-	case p.FailureRate > 0 && (p.MinCalls < 1 || p.MinCalls > MaxCount):
-		return bad("min_calls must be in [1, %d], got %d", MaxCount, p.MinCalls)
+		return rate.errorf("must be at least 0.0001 (one basis point) or 0 to disable, got %v", p.FailureRate)
+	case p.FailureRate > 0 && p.MinCalls < 1:
+		return &PolicyError{Knob: minCalls, say: func(name func(*Knob) string) string {
+			return fmt.Sprintf("%s must be in [1, %d]%s, got %d", name(minCalls), MaxCount, on(name), p.MinCalls)
+		}}
 	case p.FailureRate > 0 && (p.Window < time.Millisecond || p.Window > MaxWindow):
-		return bad("window must be in [1ms, %s], got %s", MaxWindow, p.Window)
+		return &PolicyError{Knob: window, say: func(name func(*Knob) string) string {
+			return fmt.Sprintf("%s must be in [1ms, %s]%s, got %s", name(window), MaxWindow, on(name), p.Window)
+		}}
 	case p.OpenBase <= 0:
-		return bad("open_base must be positive, got %s", p.OpenBase)
+		return openBase.errorf("must be positive, got %s", p.OpenBase)
 	case p.OpenMax < p.OpenBase:
-		return bad("open_max (%s) must be at least open_base (%s)", p.OpenMax, p.OpenBase)
-	case math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter >= 1:
-		return bad("jitter must be in [0, 1), got %v", p.Jitter)
-	case p.MaxProbes < 1 || p.MaxProbes > MaxProbes:
-		return bad("max_probes must be in [1, %d], got %d", MaxProbes, p.MaxProbes)
-	case p.LeaseTTL < time.Millisecond:
-		return bad("lease_ttl must be positive, got %s", p.LeaseTTL)
+		return &PolicyError{Knob: openMax, say: func(name func(*Knob) string) string {
+			return fmt.Sprintf("%s (%s) must be at least %s (%s)", name(openMax), p.OpenMax, name(openBase), p.OpenBase)
+		}}
 	}
 	return nil
 }
