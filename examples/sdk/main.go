@@ -1,6 +1,6 @@
 // Command sdk guards the official OpenAI and Anthropic Go SDKs with
 // cooldownd in one program: one guarded http.Client per connection with the
-// SDKs' own retries off, and a DoFallback from gpt-4o to Claude that returns
+// SDKs' own retries off, and a DoFallback from gpt-5.5 to Claude that returns
 // the answer's text. The README quotes it, and its test runs it against a
 // real cooldownd and two fake providers.
 //
@@ -74,11 +74,11 @@ func newModels(c config) (*models, error) {
 	}
 	// One connection per endpoint and credential (and model): the id is a
 	// keyed hash computed here, the key never leaves this process.
-	gpt, err := cl.Connection("openai", c.openaiURL, c.openaiKey, "gpt-4o", "openai gpt-4o")
+	gpt, err := cl.Connection("openai", c.openaiURL, c.openaiKey, "gpt-5.5", "openai gpt-5.5")
 	if err != nil {
 		return nil, err
 	}
-	claude, err := cl.Connection("anthropic", c.anthropicURL, c.anthropicKey, "claude-sonnet-4-5", "anthropic claude-sonnet-4-5")
+	claude, err := cl.Connection("anthropic", c.anthropicURL, c.anthropicKey, "claude-sonnet-5-5", "anthropic claude-sonnet-5-5")
 	if err != nil {
 		return nil, err
 	}
@@ -100,11 +100,11 @@ func newModels(c config) (*models, error) {
 	}, nil
 }
 
-// askGPT asks gpt-4o through the guarded SDK client.
+// askGPT asks gpt-5.5 through the guarded SDK client.
 func (m *models) askGPT(ctx context.Context, prompt string) (string, error) {
 	// README:start guarded
 	c, err := m.oa.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-		Model:    openai.ChatModelGPT4o,
+		Model:    openai.ChatModelGPT5_5,
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
 	})
 	if err != nil {
@@ -117,7 +117,7 @@ func (m *models) askGPT(ctx context.Context, prompt string) (string, error) {
 	return c.Choices[0].Message.Content, nil
 }
 
-// ask sends prompt to gpt-4o, or to Claude when gpt-4o is cooling down, open,
+// ask sends prompt to gpt-5.5, or to Claude when gpt-5.5 is cooling down, open,
 // out of quota or its key is rejected, and returns the answer's text and the
 // connection that gave it.
 func (m *models) ask(ctx context.Context, prompt string) (string, client.Conn, error) {
@@ -130,7 +130,7 @@ func (m *models) ask(ctx context.Context, prompt string) (string, client.Conn, e
 		if conn.ID() == m.gpt.ID() {
 			var c *openai.ChatCompletion
 			c, err = m.oaPlain.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{
-				Model:    openai.ChatModelGPT4o,
+				Model:    openai.ChatModelGPT5_5,
 				Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)},
 			}, oaoption.WithResponseInto(&raw))
 			if err == nil && len(c.Choices) > 0 {
@@ -139,7 +139,7 @@ func (m *models) ask(ctx context.Context, prompt string) (string, client.Conn, e
 		} else {
 			var msg *anthropic.Message
 			msg, err = m.anPlain.Messages.New(ctx, anthropic.MessageNewParams{
-				Model:     anthropic.ModelClaudeSonnet4_5,
+				Model:     anthropic.ModelClaudeSonnet5_5,
 				MaxTokens: 1024,
 				Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(prompt))},
 			}, antoption.WithResponseInto(&raw))

@@ -79,10 +79,10 @@ func (p *provider) count() int {
 }
 
 const (
-	gptOK = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o",
+	gptOK = `{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-5.5",
 	  "choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"Hello from GPT, five words."}}]}`
 	gptNoQuota = `{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`
-	claudeOK   = `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5",
+	claudeOK   = `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-5-5",
 	  "content":[{"type":"text","text":"Hello from Claude, five words."}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":7}}`
 )
 
@@ -96,8 +96,8 @@ func testConfig(t *testing.T, oa, an *provider) config {
 		anthropicURL: anSrv.URL, anthropicKey: "sk-ant-test-key-000000000000000000"}
 }
 
-// TestFallbackReturnsTheBody: gpt-4o is out of quota, so DoFallback moves on
-// to Claude at once and returns Claude's text; the next call skips gpt-4o
+// TestFallbackReturnsTheBody: gpt-5.5 is out of quota, so DoFallback moves on
+// to Claude at once and returns Claude's text; the next call skips gpt-5.5
 // without calling it (cooldownd blocks the exhausted quota for everyone).
 func TestFallbackReturnsTheBody(t *testing.T) {
 	t.Parallel()
@@ -111,14 +111,14 @@ func TestFallbackReturnsTheBody(t *testing.T) {
 	text, from, err := m.ask(ctx, "Say hello in five words.")
 	require.NoError(t, err)
 	assert.Equal(t, "Hello from Claude, five words.", text)
-	assert.Equal(t, "anthropic claude-sonnet-4-5", from.Label())
+	assert.Equal(t, "anthropic claude-sonnet-5-5", from.Label())
 	assert.Equal(t, 1, oa.count(), "the exhausted quota is not retried")
 	assert.Equal(t, 1, an.count())
 
 	text, _, err = m.ask(ctx, "Again.")
 	require.NoError(t, err)
 	assert.Equal(t, "Hello from Claude, five words.", text)
-	assert.Equal(t, 1, oa.count(), "gpt-4o is skipped while its quota is blocked")
+	assert.Equal(t, 1, oa.count(), "gpt-5.5 is skipped while its quota is blocked")
 	assert.Equal(t, 2, an.count())
 }
 
@@ -133,7 +133,7 @@ func TestFallbackPrimaryAnswers(t *testing.T) {
 	text, from, err := m.ask(t.Context(), "Say hello in five words.")
 	require.NoError(t, err)
 	assert.Equal(t, "Hello from GPT, five words.", text)
-	assert.Equal(t, "openai gpt-4o", from.Label())
+	assert.Equal(t, "openai gpt-5.5", from.Label())
 	assert.Equal(t, 0, an.count())
 }
 
@@ -177,7 +177,7 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	require.NoError(t, run(ctx, []string{"Say", "hello"}, func(k string) string { return env[k] }, &out))
-	assert.Equal(t, "openai gpt-4o: Hello from GPT, five words.\n", out.String())
+	assert.Equal(t, "openai gpt-5.5: Hello from GPT, five words.\n", out.String())
 
 	err := run(ctx, nil, func(string) string { return "" }, &out)
 	require.ErrorContains(t, err, "set OPENAI_API_KEY and ANTHROPIC_API_KEY")
@@ -238,8 +238,8 @@ func TestFallbackAttemptsAcrossCandidates(t *testing.T) {
 	_, _, err = m.ask(t.Context(), "hi")
 	var ce *client.Error
 	require.True(t, errors.As(err, &ce), "%v", err)
-	assert.Equal(t, 3, oa.count(), "gpt-4o: the first call and both retries")
+	assert.Equal(t, 3, oa.count(), "gpt-5.5: the first call and both retries")
 	assert.Equal(t, 1, an.count(), "claude: one call once the budget is spent")
 	assert.Equal(t, 4, ce.Attempts)
-	assert.Equal(t, "anthropic claude-sonnet-4-5", ce.Conn.Label())
+	assert.Equal(t, "anthropic claude-sonnet-5-5", ce.Conn.Label())
 }
