@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"net/http/httptest"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -9,26 +8,14 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/redistest"
-	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // BenchmarkAdmitRPC is one healthy Admit through the whole server: Connect
 // over HTTP/2 (h2c), validation, the store's script on a real Redis.
 func BenchmarkAdmitRPC(b *testing.B) {
-	rdb := redistest.Real(b)
-	st, err := store.New(rdb, store.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv, err := server.New(server.Options{Store: st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.EnableHTTP2 = true
-	hs.StartTLS()
-	b.Cleanup(hs.Close)
+	ts := servertest.Start(b, servertest.WithRedis(redistest.Real(b)), servertest.WithProtocol(servertest.TLS))
+	hs := ts.HTTP()
 	c := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL, connect.WithProtoJSON())
 	cb := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL)
 	req := &cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: make([]byte, 32), Label: "bench"}}}

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -17,9 +16,8 @@ import (
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/logtest"
-	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // TestStoreErrorsSayWhatHappened: a key of the wrong type is a bug, not an
@@ -28,19 +26,14 @@ import (
 // gone answers unavailable.
 func TestStoreErrorsSayWhatHappened(t *testing.T) {
 	t.Parallel()
-	m, _ := redistest.Mini(t)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
 	logs := &logtest.Buffer{}
 	var mu sync.Mutex
 	now := t0
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: clock})
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
+	ts := servertest.Start(t, servertest.WithProtocol(servertest.HTTP1),
+		servertest.WithRedisOptions(func(ro *redis.Options) { ro.MaxRetries, ro.DialerRetries = -1, 1 }),
+		servertest.WithServerOptions(func(so *server.Options) { so.Logger, so.Now = slog.New(slog.NewTextHandler(logs, nil)), clock }))
+	m, hs := ts.Mini, ts.HTTP()
 	c := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL)
 	ctx := context.Background()
 

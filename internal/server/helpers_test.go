@@ -3,8 +3,6 @@ package server_test
 import (
 	"bytes"
 	"crypto/rand"
-	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -23,8 +21,8 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -34,14 +32,7 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // fastPolicy runs the machine in milliseconds, without jitter so that
 // durations are exact.
-func fastPolicy() breaker.Policy {
-	return breaker.Policy{
-		ConsecutiveFailures: 3, FailureRate: 0.5, MinCalls: 4, Window: time.Second,
-		OpenBase: 100 * time.Millisecond, OpenMax: 1600 * time.Millisecond, Jitter: 0,
-		RateLimitDefault: 50 * time.Millisecond, OverloadFloor: 200 * time.Millisecond,
-		QuotaBlock: 1500 * time.Millisecond, AuthBlock: time.Second, MaxProbes: 1, LeaseTTL: 300 * time.Millisecond,
-	}
-}
+func fastPolicy() breaker.Policy { return servertest.FastPolicy() }
 
 // protocols are the three wire protocols every RPC test runs over.
 var protocols = []struct {
@@ -84,40 +75,26 @@ func withHeartbeat(d time.Duration) envOption { return func(o *envOptions) { o.h
 // withServer edits the server's options (after the defaults are set).
 func withServer(f func(*server.Options)) envOption { return func(o *envOptions) { o.server = f } }
 
-// newEnv starts a server bound to the test. A handler panic (which
-// net/http would recover and log) fails the test.
+// newEnv starts a server bound to the test over HTTP/2 with TLS. A
+// handler panic (which net/http would recover and log) fails the test.
 func newEnv(t *testing.T, opts ...envOption) *env {
 	t.Helper()
 	var o envOptions
 	for _, f := range opts {
 		f(&o)
 	}
-	m, _ := redistest.Mini(t)
-	m.SetTime(t0)
-	// One dial attempt per command: the unavailable-store tests stay fast.
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), DialerRetries: 1, MaxRetries: 1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	p := fastPolicy()
-	st, err := store.New(rdb, store.Options{Policy: &p, IdleTTL: o.idleTTL})
-	require.NoError(t, err)
-	so := server.Options{Store: st, Logger: slog.New(slog.DiscardHandler), Auth: o.auth, Heartbeat: o.heartbeat}
-	if o.server != nil {
-		o.server(&so)
-	}
-	srv, err := server.New(so)
-	require.NoError(t, err)
-
-	errLog := &syncBuffer{}
-	t.Cleanup(func() {
-		assert.NotContains(t, errLog.String(), "panic", "a handler panicked")
-	})
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.EnableHTTP2 = true
-	hs.Config.ErrorLog = log.New(errLog, "", 0)
-	hs.StartTLS()
-	t.Cleanup(hs.Close)
-	t.Cleanup(srv.Close) // runs first: ends watch streams before hs.Close waits for them
-	return &env{t: t, mini: m, store: st, srv: srv, http: hs, now: t0}
+	ts := servertest.Start(t, servertest.WithPolicy(fastPolicy()), servertest.WithAuth(o.auth), servertest.WithProtocol(servertest.TLS),
+		// One dial attempt per command: the unavailable-store tests stay fast.
+		servertest.WithRedisOptions(func(ro *redis.Options) { ro.DialerRetries, ro.MaxRetries = 1, 1 }),
+		servertest.WithStoreOptions(func(so *store.Options) { so.IdleTTL = o.idleTTL }),
+		servertest.WithServerOptions(func(so *server.Options) {
+			so.Heartbeat = o.heartbeat
+			if o.server != nil {
+				o.server(so)
+			}
+		}))
+	ts.Mini.SetTime(t0)
+	return &env{t: t, mini: ts.Mini, store: ts.Store, srv: ts.Server(), http: ts.HTTP(), now: t0}
 }
 
 // advance moves the Redis clock (TIME, which the scripts read) and its
@@ -149,19 +126,8 @@ func (e *env) admin(opts ...connect.ClientOption) cooldownv1connect.AdminService
 // every request, unary and streaming.
 func (e *env) withToken(tok string) *http.Client {
 	c := *e.http.Client()
-	c.Transport = tokenTransport{base: c.Transport, tok: tok}
+	c.Transport = servertest.Bearer(c.Transport, tok)
 	return &c
-}
-
-type tokenTransport struct {
-	base http.RoundTripper
-	tok  string
-}
-
-func (t tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+t.tok)
-	return t.base.RoundTrip(r)
 }
 
 // newID returns a fresh random connection id.

@@ -6,9 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,9 +23,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
-	"github.com/cooldownd/cooldownd/internal/redistest"
-	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // scrape reads /metrics into name{labels} → value, one label set per
@@ -71,14 +67,8 @@ func scrape(t *testing.T, url string) map[string]float64 {
 // "default").
 func TestMetricsFromAnswers(t *testing.T) {
 	t.Parallel()
-	mini, rdb := redistest.Mini(t)
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
-	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	t.Cleanup(srv.Close)
+	ts := servertest.Start(t)
+	mini, srv, hs := ts.Mini, ts.Server(), ts.HTTP()
 	api := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL)
 	adm := cooldownv1connect.NewAdminServiceClient(hs.Client(), hs.URL)
 	ctx := t.Context()

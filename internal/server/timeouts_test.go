@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
@@ -25,6 +25,7 @@ import (
 	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -36,18 +37,13 @@ const bound = 5 * time.Second
 // server options, as cmd/cooldownd configures its http.Server.
 func timeoutServer(t *testing.T, rdb redis.UniversalClient, o server.Options) *httptest.Server {
 	t.Helper()
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
-	o.Store = st
-	o.Logger = slog.New(slog.DiscardHandler)
-	srv, err := server.New(o)
-	require.NoError(t, err)
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.Config.ReadHeaderTimeout = time.Second
-	hs.Start()
-	t.Cleanup(hs.Close)
-	t.Cleanup(srv.Close)
-	return hs
+	ts := servertest.Start(t, servertest.WithRedis(rdb), servertest.WithProtocol(servertest.HTTP1),
+		servertest.WithHTTPServer(func(hs *http.Server) { hs.ReadHeaderTimeout = time.Second }),
+		servertest.WithServerOptions(func(so *server.Options) {
+			o.Store, o.Logger = so.Store, so.Logger
+			*so = o
+		}))
+	return ts.HTTP()
 }
 
 // TestSlowBodiesAreCutOff: a client that sends its body a byte at a time
@@ -165,16 +161,10 @@ func (l smallBuffers) Accept() (net.Conn, error) {
 // write deadline ends it.
 func TestStalledWatcherIsCutOff(t *testing.T) {
 	t.Parallel()
-	_, rdb := redistest.Mini(t)
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
-	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.DiscardHandler), StreamWriteTimeout: 200 * time.Millisecond})
-	require.NoError(t, err)
-	hs := httptest.NewUnstartedServer(srv.Handler())
-	hs.Listener = smallBuffers{hs.Listener}
-	hs.Start()
-	t.Cleanup(hs.Close)
-	t.Cleanup(srv.Close)
+	ts := servertest.Start(t, servertest.WithProtocol(servertest.HTTP1),
+		servertest.WithListener(func(l net.Listener) net.Listener { return smallBuffers{l} }),
+		servertest.WithServerOptions(func(so *server.Options) { so.StreamWriteTimeout = 200 * time.Millisecond }))
+	hs, st := ts.HTTP(), ts.Store
 
 	c, err := net.Dial("tcp", hs.Listener.Addr().String())
 	require.NoError(t, err)
