@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +42,9 @@ type config struct {
 	metricsTokenFile string
 	corsOrigins      string
 	version          bool
+	// policyEnv and policyFlags are the knobs set by a COOLDOWND_*
+	// variable and by a flag, so that an error names what was written.
+	policyEnv, policyFlags []string
 	// unknownEnv are COOLDOWND_* variables that set nothing (typos, or
 	// settings of another version); run reports them.
 	unknownEnv []string
@@ -90,20 +94,9 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the bearer token /metrics requires (it lists tenant names); empty: /metrics is open")
 	fs.StringVar(&c.corsOrigins, "cors-origins", "", "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com, or * for any); empty: no CORS")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
-	p := &c.policy
-	fs.IntVar(&p.ConsecutiveFailures, "consecutive-failures", p.ConsecutiveFailures, "trip after this many consecutive transient failures (0 disables)")
-	fs.Float64Var(&p.FailureRate, "failure-rate", p.FailureRate, "trip when the failure rate over --window reaches this, in (0,1] (0 disables)")
-	fs.IntVar(&p.MinCalls, "min-calls", p.MinCalls, "calls the window must hold before --failure-rate applies")
-	fs.DurationVar(&p.Window, "window", p.Window, "sliding window of the failure-rate rule (at most 10m)")
-	fs.DurationVar(&p.OpenBase, "open-base", p.OpenBase, "first breaker open duration; doubles per consecutive re-open")
-	fs.DurationVar(&p.OpenMax, "open-max", p.OpenMax, "cap of breaker open durations")
-	fs.Float64Var(&p.Jitter, "jitter", p.Jitter, "± fraction of jitter on breaker opens, in [0,1) (0 disables)")
-	fs.DurationVar(&p.RateLimitDefault, "rate-limit-cooldown", p.RateLimitDefault, "shared cooldown after a 429 without Retry-After (0 disables)")
-	fs.DurationVar(&p.OverloadFloor, "overload-floor", p.OverloadFloor, "least cooldown after an overloaded answer (0 disables)")
-	fs.DurationVar(&p.QuotaBlock, "quota-block", p.QuotaBlock, "block after an exhausted quota (0 disables)")
-	fs.DurationVar(&p.AuthBlock, "auth-block", p.AuthBlock, "block after a rejected credential (0 disables)")
-	fs.IntVar(&p.MaxProbes, "max-probes", p.MaxProbes, "probe leases a half-open connection grants at once (1-16)")
-	fs.DurationVar(&p.LeaseTTL, "lease-ttl", p.LeaseTTL, "probe lease time to live unless extended")
+	for _, k := range breaker.Knobs() {
+		fs.Var(&knobFlag{k: k, p: &c.policy}, k.Name, k.Doc)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "Usage: cooldownd [flags]\n\ncooldownd coordinates retries, cooldowns and recovery probes of LLM provider calls across processes.\nEvery flag can also be set by the environment variable shown; flags win.\n\n")
 		fs.VisitAll(func(f *flag.Flag) {
@@ -121,7 +114,9 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 		}
 		if v := env.get(envName(f.Name)); v != "" {
 			if err := f.Value.Set(v); err != nil {
-				envErrs = append(envErrs, fmt.Errorf("invalid %s=%q: expected %s", envName(f.Name), v, expectedFormat(f)))
+				envErrs = append(envErrs, fmt.Errorf("invalid %s=%q: expected %s", envName(f.Name), v, formatOf(f)))
+			} else if _, ok := f.Value.(*knobFlag); ok {
+				c.policyEnv = append(c.policyEnv, f.Name)
 			}
 		}
 	})
@@ -132,6 +127,11 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) {
+		if _, ok := f.Value.(*knobFlag); ok {
+			c.policyFlags = append(c.policyFlags, f.Name)
+		}
+	})
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
@@ -141,30 +141,53 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	return c, c.validate()
 }
 
-// policyFlagNames maps the field names in breaker.Policy.Validate's errors
-// to the flags that set them.
-var policyFlagNames = strings.NewReplacer(
-	"breaker: invalid policy: ", "",
-	"consecutive_failures", "--consecutive-failures",
-	"failure_rate", "--failure-rate",
-	"min_calls", "--min-calls",
-	"window", "--window",
-	"open_base", "--open-base",
-	"open_max", "--open-max",
-	"jitter", "--jitter",
-	"rate_limit_default", "--rate-limit-cooldown",
-	"overload_floor", "--overload-floor",
-	"quota_block", "--quota-block",
-	"auth_block", "--auth-block",
-	"max_probes", "--max-probes",
-	"lease_ttl", "--lease-ttl",
-)
+// knobFlag is the flag (and so the COOLDOWND_* variable) of a policy knob.
+type knobFlag struct {
+	k *breaker.Knob
+	p *breaker.Policy
+}
+
+func (f *knobFlag) String() string {
+	if f.k == nil { // the zero value flag.PrintDefaults makes
+		return ""
+	}
+	return f.k.String(f.k.Get(*f.p))
+}
+
+func (f *knobFlag) Set(s string) error {
+	v, err := f.k.Parse(s)
+	if err != nil {
+		return err
+	}
+	f.k.Set(f.p, v)
+	return nil
+}
+
+// formatOf is what a flag's value must look like.
+func formatOf(f *flag.Flag) string {
+	if kf, ok := f.Value.(*knobFlag); ok {
+		return kf.k.Format()
+	}
+	return expectedFormat(f)
+}
+
+// policyName names a knob the way the operator set it: by its variable
+// when only COOLDOWND_* set it, else by its flag.
+func (c config) policyName(k *breaker.Knob) string {
+	if slices.Contains(c.policyEnv, k.Name) && !slices.Contains(c.policyFlags, k.Name) {
+		return envName(k.Name)
+	}
+	return k.Flag()
+}
 
 func (c config) validate() error {
 	var errs []error
 	if err := c.policy.Validate(); err != nil {
-		// Name the flags an operator sets, not the policy's field names.
-		errs = append(errs, errors.New(policyFlagNames.Replace(err.Error())))
+		var pe *breaker.PolicyError
+		if !errors.As(err, &pe) {
+			return err
+		}
+		errs = append(errs, errors.New(pe.Message(c.policyName)))
 	}
 	switch c.logLevel {
 	case "debug", "info", "warn", "error":

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"io"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,6 +98,7 @@ func TestParseConfig(t *testing.T) {
 			require.NoError(t, err)
 			want := defaults(t)
 			tt.want(&want)
+			got.policyEnv, got.policyFlags = nil, nil // where each knob came from: TestPolicyKnobErrors
 			assert.Equal(t, want, got)
 			assert.Empty(t, stderr.String())
 		})
@@ -124,7 +126,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"wait replicas embedded", []string{"--wait-replicas", "1"}, nil, []string{"--wait-replicas needs a real Redis"}},
 		{"wait timeout over redis timeout", []string{"--wait-replicas", "1", "--wait-timeout", "300ms", "--redis-url", "redis://r:6379"}, nil, []string{"--wait-timeout", "shorter than --redis-timeout"}},
 		{"wait replicas negative", []string{"--wait-replicas", "-1", "--redis-url", "redis://r:6379"}, nil, []string{"--wait-replicas must be in [0, 16]"}},
-		{"invalid env value", nil, map[string]string{"COOLDOWND_MAX_PROBES": "0"}, []string{"--max-probes", "got 0"}},
+		{"invalid env value", nil, map[string]string{"COOLDOWND_MAX_PROBES": "0"}, []string{"COOLDOWND_MAX_PROBES must be in [1, 16], got 0"}},
+		{"invalid flag over env", []string{"--max-probes", "0"}, map[string]string{"COOLDOWND_MAX_PROBES": "2"}, []string{"--max-probes must be in [1, 16], got 0"}},
+		{"env and flag in one rule", []string{"--open-max", "1s"}, map[string]string{"COOLDOWND_OPEN_BASE": "1m"}, []string{"--open-max (1s) must be at least COOLDOWND_OPEN_BASE (1m0s)"}},
 		{"bad duration flag", []string{"--lease-ttl", "forever"}, nil, []string{"lease-ttl", "forever"}},
 		{"jitter 1", []string{"--jitter", "1"}, nil, []string{"--jitter", "[0, 1)"}},
 		{"jitter negative", []string{"--jitter=-0.1"}, nil, []string{"--jitter"}},
@@ -180,11 +184,12 @@ func TestHelp(t *testing.T) {
 				assert.Equal(t, envName(m[1]), m[2])
 				documented[m[1]] = true
 			}
-			for _, name := range []string{
-				"addr", "redis-url", "log-level", "log-format", "idle-ttl", "shutdown-timeout", "history",
-				"consecutive-failures", "failure-rate", "min-calls", "window", "open-base", "open-max", "jitter",
-				"rate-limit-cooldown", "overload-floor", "quota-block", "auth-block", "max-probes", "lease-ttl",
-			} {
+			names := []string{"addr", "redis-url", "log-level", "log-format", "idle-ttl", "shutdown-timeout", "history"}
+			for _, k := range breaker.Knobs() {
+				names = append(names, k.Name)
+				assert.Contains(t, out, "  --"+k.Name+" (env "+envName(k.Name)+`, default "`+k.String(k.Get(breaker.DefaultPolicy()))+"\")\n    \t"+k.Doc+"\n")
+			}
+			for _, name := range names {
 				assert.True(t, documented[name], "--%s with its env name and a description in --help", name)
 			}
 			// Every flag the set defines is documented that way.
@@ -262,5 +267,57 @@ func TestParseEnvNeverPanics(t *testing.T) {
 				}
 			}, "%s=%q", name, v)
 		}
+	}
+}
+
+// badValue is a value outside k's own bounds.
+func badValue(k *breaker.Knob) string {
+	switch k.Kind {
+	case breaker.Count:
+		return k.String(k.Max + 1)
+	case breaker.Ratio:
+		return k.String(k.Max + 0.5)
+	default:
+		return "-1s"
+	}
+}
+
+// TestPolicyKnobs: every knob of the table is a flag and a COOLDOWND_*
+// variable, sets its own field, and its errors name the flag or the
+// variable, whichever the operator wrote; never a Go field or file key.
+func TestPolicyKnobs(t *testing.T) {
+	t.Parallel()
+	for _, k := range breaker.Knobs() {
+		t.Run(k.Name, func(t *testing.T) {
+			t.Parallel()
+			def := breaker.DefaultPolicy()
+			good := map[breaker.Kind]float64{breaker.Count: k.Min + 1, breaker.Ratio: 0.375, breaker.Span: float64(11 * time.Second)}[k.Kind]
+			want := def
+			k.Set(&want, good)
+			for _, src := range []struct {
+				args []string
+				env  map[string]string
+			}{
+				{[]string{"--" + k.Name, k.String(good)}, nil},
+				{nil, map[string]string{envName(k.Name): k.String(good)}},
+			} {
+				c, err := parseConfig(src.args, envOf(src.env), io.Discard)
+				require.NoError(t, err)
+				assert.Equal(t, want, c.policy)
+			}
+
+			_, err := parseConfig([]string{"--" + k.Name, badValue(k)}, envOf(nil), io.Discard)
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), "--"+k.Name+" must "), "%v", err)
+
+			_, err = parseConfig(nil, envOf(map[string]string{envName(k.Name): badValue(k)}), io.Discard)
+			require.Error(t, err)
+			assert.True(t, strings.HasPrefix(err.Error(), envName(k.Name)+" must "), "%v", err)
+			assert.NotContains(t, err.Error(), k.Key())
+
+			_, err = parseConfig(nil, envOf(map[string]string{envName(k.Name): "x"}), io.Discard)
+			require.Error(t, err)
+			assert.Equal(t, "invalid "+envName(k.Name)+`="x": expected `+k.Format(), err.Error())
+		})
 	}
 }
