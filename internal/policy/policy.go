@@ -21,8 +21,7 @@ import (
 	"fmt"
 	"io"
 	"path"
-	"strings"
-	"time"
+	"slices"
 
 	"go.yaml.in/yaml/v3"
 
@@ -36,85 +35,195 @@ var ErrInvalid = errors.New("policy: invalid policy file")
 // MaxFileBytes bounds a policy file.
 const MaxFileBytes = 1 << 20
 
-// Overrides are the knobs a layer sets; nil keeps the layer below.
-type Overrides struct {
-	ConsecutiveFailures *int      `yaml:"consecutive_failures"`
-	FailureRate         *float64  `yaml:"failure_rate"`
-	MinCalls            *int      `yaml:"min_calls"`
-	Window              *Duration `yaml:"window"`
-	OpenBase            *Duration `yaml:"open_base"`
-	OpenMax             *Duration `yaml:"open_max"`
-	Jitter              *float64  `yaml:"jitter"`
-	RateLimitCooldown   *Duration `yaml:"rate_limit_cooldown"`
-	OverloadFloor       *Duration `yaml:"overload_floor"`
-	QuotaBlock          *Duration `yaml:"quota_block"`
-	AuthBlock           *Duration `yaml:"auth_block"`
-	MaxProbes           *int      `yaml:"max_probes"`
-	LeaseTTL            *Duration `yaml:"lease_ttl"`
+// setting is one knob a section of the file sets.
+type setting struct {
+	knob  *breaker.Knob
+	value float64
 }
 
-// Duration is a time.Duration written as "10s", "5m".
-type Duration struct{ time.Duration }
+// overrides are the knobs a section sets, in the file's order; a knob it
+// does not set keeps the layer below.
+type overrides []setting
 
-// UnmarshalYAML parses a Go duration string.
-func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	var s string
-	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: want a duration such as 10s", n.Line)
+func (o overrides) apply(p breaker.Policy) breaker.Policy {
+	for _, s := range o {
+		s.knob.Set(&p, s.value)
 	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration such as 10s", n.Line, s)
-	}
-	d.Duration = v
-	return nil
-}
-
-func (o Overrides) apply(p breaker.Policy) breaker.Policy {
-	setI := func(dst *int, v *int) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	setF := func(dst *float64, v *float64) {
-		if v != nil {
-			*dst = *v
-		}
-	}
-	setD := func(dst *time.Duration, v *Duration) {
-		if v != nil {
-			*dst = v.Duration
-		}
-	}
-	setI(&p.ConsecutiveFailures, o.ConsecutiveFailures)
-	setF(&p.FailureRate, o.FailureRate)
-	setI(&p.MinCalls, o.MinCalls)
-	setD(&p.Window, o.Window)
-	setD(&p.OpenBase, o.OpenBase)
-	setD(&p.OpenMax, o.OpenMax)
-	setF(&p.Jitter, o.Jitter)
-	setD(&p.RateLimitDefault, o.RateLimitCooldown)
-	setD(&p.OverloadFloor, o.OverloadFloor)
-	setD(&p.QuotaBlock, o.QuotaBlock)
-	setD(&p.AuthBlock, o.AuthBlock)
-	setI(&p.MaxProbes, o.MaxProbes)
-	setD(&p.LeaseTTL, o.LeaseTTL)
 	return p
 }
 
 type labelRule struct {
-	Match     string `yaml:"match"`
-	Overrides `yaml:",inline"`
+	match string
+	set   overrides
 }
 
 type tenantSection struct {
-	Overrides `yaml:",inline"`
-	Labels    []labelRule `yaml:"labels"`
+	name   string
+	set    overrides
+	labels []labelRule
 }
 
 type file struct {
-	Default Overrides                `yaml:"default"`
-	Tenants map[string]tenantSection `yaml:"tenants"`
+	def     overrides
+	tenants []tenantSection
+}
+
+// syntaxError is a problem at a node of section where.
+func syntaxError(where string, n *yaml.Node, format string, args ...any) error {
+	if where == "" {
+		where = "top level"
+	}
+	return fmt.Errorf("%w: %s: line %d: %s", ErrInvalid, where, n.Line, fmt.Sprintf(format, args...))
+}
+
+// mapping calls fn for each key of a mapping node (an empty or null node
+// has none), refusing a key given twice.
+func mapping(where string, n *yaml.Node, fn func(key string, k, v *yaml.Node) error) error {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.MappingNode {
+		return syntaxError(where, n, "want a mapping")
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return syntaxError(where, k, "want a key")
+		}
+		if seen[k.Value] {
+			return syntaxError(where, k, "%s is given twice", k.Value)
+		}
+		seen[k.Value] = true
+		if err := fn(k.Value, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// knobValue reads a knob's value: an integer for a count, a number for a
+// ratio, a duration such as 10s (or 0) for a duration.
+func knobValue(where string, k *breaker.Knob, n *yaml.Node) (float64, error) {
+	tags := map[breaker.Kind][]string{
+		breaker.Count: {"!!int"},
+		breaker.Ratio: {"!!int", "!!float"},
+		breaker.Span:  {"!!str", "!!int"},
+	}[k.Kind]
+	if n.Kind != yaml.ScalarNode || !slices.Contains(tags, n.ShortTag()) {
+		return 0, syntaxError(where, n, "%s: want %s", k.Key(), k.Format())
+	}
+	v, err := k.Parse(n.Value)
+	if err != nil {
+		return 0, syntaxError(where, n, "%s: %v", k.Key(), err)
+	}
+	return v, nil
+}
+
+// section reads a section's knobs, and any other key with other (nil: a
+// knob or nothing).
+func section(where string, n *yaml.Node, other func(key string, v *yaml.Node) (bool, error)) (overrides, error) {
+	var o overrides
+	err := mapping(where, n, func(key string, kn, v *yaml.Node) error {
+		if other != nil {
+			if done, err := other(key, v); done || err != nil {
+				return err
+			}
+		}
+		k, ok := breaker.KnobByKey(key)
+		if !ok {
+			return syntaxError(where, kn, "unknown key %q", key)
+		}
+		x, err := knobValue(where, k, v)
+		if err != nil {
+			return err
+		}
+		o = append(o, setting{knob: k, value: x})
+		return nil
+	})
+	return o, err
+}
+
+// parseFile reads the file's structure and its knobs' values (not yet
+// validated as policies).
+func parseFile(doc *yaml.Node) (file, error) {
+	var f file
+	if doc.Kind == 0 { // empty input
+		return f, nil
+	}
+	root := doc
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		root = doc.Content[0]
+	}
+	err := mapping("", root, func(key string, kn, v *yaml.Node) error {
+		var err error
+		switch key {
+		case "default":
+			f.def, err = section("default", v, nil)
+		case "tenants":
+			err = mapping("tenants", v, func(name string, _, tv *yaml.Node) error {
+				t, err := tenant("tenants."+name, name, tv)
+				f.tenants = append(f.tenants, t)
+				return err
+			})
+		default:
+			err = syntaxError("", kn, "unknown key %q (want default or tenants)", key)
+		}
+		return err
+	})
+	return f, err
+}
+
+func tenant(where, name string, n *yaml.Node) (tenantSection, error) {
+	t := tenantSection{name: name}
+	var err error
+	t.set, err = section(where, n, func(key string, v *yaml.Node) (bool, error) {
+		if key != "labels" {
+			return false, nil
+		}
+		if v.Kind != yaml.SequenceNode {
+			return true, syntaxError(where, v, "labels: want a list of rules")
+		}
+		for i, rn := range v.Content {
+			lr, err := label(fmt.Sprintf("%s.labels[%d]", where, i), rn)
+			if err != nil {
+				return true, err
+			}
+			t.labels = append(t.labels, lr)
+		}
+		return true, nil
+	})
+	return t, err
+}
+
+func label(where string, n *yaml.Node) (labelRule, error) {
+	var lr labelRule
+	var err error
+	lr.set, err = section(where, n, func(key string, v *yaml.Node) (bool, error) {
+		if key != "match" {
+			return false, nil
+		}
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+			return true, syntaxError(where, v, "match: want a label pattern")
+		}
+		lr.match = v.Value
+		return true, nil
+	})
+	if err != nil {
+		return lr, err
+	}
+	if lr.match == "" {
+		return lr, fmt.Errorf("%w: %s: match is required", ErrInvalid, where)
+	}
+	if _, err := path.Match(lr.match, ""); err != nil {
+		return lr, fmt.Errorf("%w: %s: match %q is not a valid pattern", ErrInvalid, where, lr.match)
+	}
+	for _, s := range lr.set {
+		if s.knob.TenantOnly {
+			return lr, fmt.Errorf("%w: %s: %s can be set per tenant, not per label", ErrInvalid, where, s.knob.Key())
+		}
+	}
+	return lr, nil
 }
 
 type rule struct {
@@ -135,62 +244,53 @@ type Resolver struct {
 }
 
 // Parse reads a policy file layered over base (the flags' policy). Every
-// resolved policy is validated; errors name the section.
+// resolved policy is validated; errors name the section and the file's
+// keys.
 func Parse(data []byte, base breaker.Policy) (*Resolver, error) {
 	if len(data) > MaxFileBytes {
 		return nil, fmt.Errorf("%w: larger than %d bytes", ErrInvalid, MaxFileBytes)
 	}
-	var f file
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	r := &Resolver{base: f.Default.apply(base), tenants: map[string]tenantPolicy{}}
+	f, err := parseFile(&doc)
+	if err != nil {
+		return nil, err
+	}
+	r := &Resolver{base: f.def.apply(base), tenants: map[string]tenantPolicy{}}
 	if err := r.base.Validate(); err != nil {
 		return nil, invalid("default", err)
 	}
-	for name, sec := range f.Tenants {
-		if err := keys.ValidateTenant(name); err != nil {
-			return nil, fmt.Errorf("%w: tenants.%s: %w", ErrInvalid, name, err)
+	for _, sec := range f.tenants {
+		if err := keys.ValidateTenant(sec.name); err != nil {
+			return nil, fmt.Errorf("%w: tenants.%s: %w", ErrInvalid, sec.name, err)
 		}
-		tp := tenantPolicy{policy: sec.apply(r.base)}
+		tp := tenantPolicy{policy: sec.set.apply(r.base)}
 		if err := tp.policy.Validate(); err != nil {
-			return nil, invalid("tenants."+name, err)
+			return nil, invalid("tenants."+sec.name, err)
 		}
-		for i, lr := range sec.Labels {
-			where := fmt.Sprintf("tenants.%s.labels[%d]", name, i)
-			if lr.Match == "" {
-				return nil, fmt.Errorf("%w: %s: match is required", ErrInvalid, where)
-			}
-			if _, err := path.Match(lr.Match, ""); err != nil {
-				return nil, fmt.Errorf("%w: %s: match %q is not a valid pattern", ErrInvalid, where, lr.Match)
-			}
-			if lr.MaxProbes != nil {
-				return nil, fmt.Errorf("%w: %s: max_probes can be set per tenant, not per label", ErrInvalid, where)
-			}
-			p := lr.apply(tp.policy)
+		for i, lr := range sec.labels {
+			p := lr.set.apply(tp.policy)
 			if err := p.Validate(); err != nil {
-				return nil, invalid(where, err)
+				return nil, invalid(fmt.Sprintf("tenants.%s.labels[%d]", sec.name, i), err)
 			}
-			tp.labels = append(tp.labels, rule{match: lr.Match, policy: p})
+			tp.labels = append(tp.labels, rule{match: lr.match, policy: p})
 		}
-		r.tenants[name] = tp
+		r.tenants[sec.name] = tp
 	}
 	return r, nil
 }
 
-// fileKeys maps the field names in breaker.Policy.Validate's errors to the
-// file's own keys where they differ.
-var fileKeys = strings.NewReplacer(
-	breaker.ErrInvalidPolicy.Error()+": ", "",
-	"rate_limit_default", "rate_limit_cooldown",
-)
-
 // invalid wraps a policy validation error of section where, naming the
-// file's keys (rate_limit_cooldown, not the Go field's name).
+// file's keys.
 func invalid(where string, err error) error {
-	return &fileError{msg: fmt.Sprintf("%v: %s: %s", ErrInvalid, where, fileKeys.Replace(err.Error())), err: err}
+	msg := err.Error()
+	var pe *breaker.PolicyError
+	if errors.As(err, &pe) {
+		msg = pe.Message((*breaker.Knob).Key)
+	}
+	return &fileError{msg: fmt.Sprintf("%v: %s: %s", ErrInvalid, where, msg), err: err}
 }
 
 // fileError keeps both ErrInvalid and the validation error in the chain.

@@ -1,7 +1,6 @@
 package policy_test
 
 import (
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +75,22 @@ func TestParseRejects(t *testing.T) {
 		{"bad pattern", "tenants: {a: {labels: [{match: '[', jitter: 0}]}}", "not a valid pattern"},
 		{"invalid label policy", "tenants: {a: {labels: [{match: '*', open_base: -1s}]}}", "tenants.a.labels[0]: open_base must not be negative"},
 		{"syntax", "default: [", "invalid policy file"},
+		{"unknown knob in a tenant", "tenants:\n  a:\n    open_maximum: 1m\n", `tenants.a: line 3: unknown key "open_maximum"`},
+		{"unknown knob in a label rule", "tenants: {a: {labels: [{match: x, cooldown: 5s}]}}", `tenants.a.labels[0]: line 1: unknown key "cooldown"`},
+		{"flag name as key", "default: {open-max: 1m}", `default: line 1: unknown key "open-max"`},
+		{"camelCase key", "default: {openMax: 1m}", `unknown key "openMax"`},
+		{"unknown section", "tenant: {a: {}}", `top level: line 1: unknown key "tenant" (want default or tenants)`},
+		{"knob at top level", "jitter: 0", `unknown key "jitter"`},
+		{"key twice", "default: {jitter: 0, jitter: 0.2}", "default: line 1: jitter is given twice"},
+		{"tenant twice", "tenants: {a: {jitter: 0}, a: {jitter: 0.2}}", "tenants: line 1: a is given twice"},
+		{"count not whole", "default: {consecutive_failures: 2.5}", "default: line 1: consecutive_failures: want an integer"},
+		{"count quoted", "default: {min_calls: '7'}", "min_calls: want an integer"},
+		{"ratio a word", "default: {failure_rate: high}", "failure_rate: want a number such as 0.5"},
+		{"duration a number", "default: {open_max: 120}", `open_max: "120" is not a duration`},
+		{"duration a list", "default: {open_max: [1m]}", "open_max: want a duration"},
+		{"section a list", "default: [jitter]", "default: line 1: want a mapping"},
+		{"labels a mapping", "tenants: {a: {labels: {match: x}}}", "tenants.a: line 1: labels: want a list of rules"},
+		{"match a number", "tenants: {a: {labels: [{match: 7}]}}", "match: want a label pattern"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,13 +111,13 @@ func TestErrorsNameTheFileKeys(t *testing.T) {
 		"open_base": "0s", "open_max": "-1s", "jitter": "1", "rate_limit_cooldown": "-1s",
 		"overload_floor": "-1s", "quota_block": "1500us", "auth_block": "-2s", "max_probes": "0", "lease_ttl": "-1s",
 	}
-	keys := reflect.TypeFor[policy.Overrides]()
-	require.Equal(t, keys.NumField(), len(bad), "a bad value for every knob")
-	for i := range keys.NumField() {
-		key := keys.Field(i).Tag.Get("yaml")
+	require.Len(t, bad, len(breaker.Knobs()), "a bad value for every knob")
+	for _, k := range breaker.Knobs() {
+		key := k.Key()
+		require.Contains(t, bad, key)
 		for _, where := range []string{"default", "tenants.a", "tenants.a.labels[0]"} {
-			if key == "max_probes" && strings.HasSuffix(where, "]") {
-				continue // not settable per label
+			if k.TenantOnly && strings.HasSuffix(where, "]") {
+				continue // not settable per label: TestParseRejects
 			}
 			t.Run(key+"/"+where, func(t *testing.T) {
 				t.Parallel()
@@ -116,6 +131,36 @@ func TestErrorsNameTheFileKeys(t *testing.T) {
 				assert.ErrorIs(t, err, breaker.ErrInvalidPolicy)
 				assert.Contains(t, err.Error(), where+": "+key, "names the file's key")
 				assert.NotContains(t, err.Error(), "rate_limit_default", "never the Go field's name")
+				assert.NotContains(t, err.Error(), k.Flag(), "never the flag")
+			})
+		}
+	}
+}
+
+// TestEveryKnobInEverySection: each knob of the table can be set in each
+// section where it is allowed, with its own value, and nothing else moves.
+func TestEveryKnobInEverySection(t *testing.T) {
+	t.Parallel()
+	base := breaker.DefaultPolicy()
+	for _, k := range breaker.Knobs() {
+		value := map[breaker.Kind]string{breaker.Count: "2", breaker.Ratio: "0.375", breaker.Span: "11s"}[k.Kind]
+		want := base
+		v, err := k.Parse(value)
+		require.NoError(t, err)
+		k.Set(&want, v)
+		for _, tc := range []struct{ where, doc, tenant, label string }{
+			{"default", "default: {" + k.Key() + ": " + value + "}", "anyone", "x"},
+			{"tenant", "tenants: {a: {" + k.Key() + ": " + value + "}}", "a", "x"},
+			{"label", "tenants: {a: {labels: [{match: 'x*', " + k.Key() + ": " + value + "}]}}", "a", "xy"},
+		} {
+			if k.TenantOnly && tc.where == "label" {
+				continue
+			}
+			t.Run(k.Key()+"/"+tc.where, func(t *testing.T) {
+				t.Parallel()
+				r, err := policy.Parse([]byte(tc.doc), base)
+				require.NoError(t, err)
+				assert.Equal(t, want, r.For(tc.tenant, tc.label))
 			})
 		}
 	}
