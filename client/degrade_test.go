@@ -17,6 +17,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // isRPC reports whether r calls the CooldownService method m.
@@ -41,7 +42,7 @@ func TestOneSlowCallStaysWithTheFleet(t *testing.T) {
 	cd := startCooldownd(t, fastPolicy())
 	var slowed atomic.Bool
 	var admits, reports atomic.Int64
-	cd.setIntercept(func(w http.ResponseWriter, r *http.Request) bool {
+	cd.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
 		switch {
 		case isRPC(r, "Admit"):
 			admits.Add(1)
@@ -110,7 +111,7 @@ func TestGrantedProbeSettledAfterOutage(t *testing.T) {
 				return err == nil && a.Decision == DecisionAllowProbe
 			}, 5*time.Second, 10*time.Millisecond, "the open period ends and a probe is granted")
 
-			cd.setIntercept(unavailable)
+			cd.SetIntercept(unavailable)
 			if degradeFirst {
 				for range DefaultDegradeAfter {
 					_, err := c.Admit(ctx, other)
@@ -121,7 +122,7 @@ func TestGrantedProbeSettledAfterOutage(t *testing.T) {
 			require.NoError(t, c.Report(ctx, probe, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200}))
 			assert.Equal(t, 1, c.Stats().Reports.Len+int(c.Stats().Reports.Delivered), "the probe's report is queued")
 
-			cd.setIntercept(nil)
+			cd.SetIntercept(nil)
 			start := time.Now()
 			require.NoError(t, c.Flush(ctx))
 			assert.Less(t, time.Since(start), 10*time.Second, "settled long before the 30 s lease TTL")
@@ -140,7 +141,7 @@ func TestGrantedProbeSettledAfterOutage(t *testing.T) {
 func TestLocalOutcomesReachTheFleet(t *testing.T) {
 	t.Parallel()
 	cd := startCooldownd(t, fastPolicy())
-	cd.setIntercept(unavailable)
+	cd.SetIntercept(unavailable)
 	prov := newProvider(t, reply{status: 429, headers: map[string]string{"Retry-After": "20"}})
 	c := newClient(t, cd.URL, WithMaxRetries(0), WithNoWait())
 	t.Cleanup(func() { _ = c.Close() })
@@ -151,7 +152,7 @@ func TestLocalOutcomesReachTheFleet(t *testing.T) {
 	assert.Equal(t, OutcomeRateLimited, pe.LastOutcome)
 	assert.Equal(t, uint64(1), c.Stats().LocalDecisions)
 
-	cd.setIntercept(nil)
+	cd.SetIntercept(nil)
 	require.NoError(t, c.Flush(t.Context()))
 	fresh := newClient(t, cd.URL)
 	a, err := fresh.Admit(t.Context(), cn)
@@ -227,8 +228,7 @@ func TestRefusalsNeverFailOpen(t *testing.T) {
 func TestEndpointsFailover(t *testing.T) {
 	t.Parallel()
 	a := startCooldownd(t, fastPolicy())
-	b := &cooldownd{store: a.store}
-	b.serve(t, nil)
+	b := &cooldownd{servertest.Start(t, servertest.WithStore(a.Store))}
 	prov := newProvider(t)
 	c := newClient(t, a.URL+", "+b.URL, WithServiceRetry(10*time.Millisecond))
 	cn := conn(t, c, prov.URL, "key-ha", "")
@@ -242,14 +242,14 @@ func TestEndpointsFailover(t *testing.T) {
 	}
 	do(5)
 	for _, dead := range []*cooldownd{a, b} {
-		dead.stop()
+		dead.Stop()
 		do(10)
 		assert.Zero(t, c.Stats().LocalDecisions, "the other replica decides")
 		assert.False(t, c.Degraded())
 		dead.restart(t)
 	}
-	a.stop()
-	b.stop()
+	a.Stop()
+	b.Stop()
 	do(DefaultDegradeAfter)
 	assert.True(t, c.Degraded(), "no replica answers")
 	assert.Equal(t, uint64(DefaultDegradeAfter), c.Stats().LocalDecisions)

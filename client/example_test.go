@@ -4,44 +4,24 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
-
 	"github.com/cooldownd/cooldownd/client"
-	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // startCooldownd runs cooldownd in-process on an embedded Redis, as
 // `go run ./cmd/cooldownd` does, and returns its URL.
 func startCooldownd() (url string, stop func(), err error) {
-	m, err := miniredis.Run()
+	s, err := servertest.Run()
 	if err != nil {
 		return "", nil, err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	st, err := store.New(rdb, store.Options{})
-	if err != nil {
-		return "", nil, err
-	}
-	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return "", nil, err
-	}
-	ts := httptest.NewUnstartedServer(srv.Handler())
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	ts.Config.Protocols = &p
-	ts.Start()
-	return ts.URL, func() { ts.Close(); _ = rdb.Close(); m.Close() }, nil
+	return s.URL, s.Close, nil
 }
 
 // fakeProvider answers with the given statuses in turn, then 200, and

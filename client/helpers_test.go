@@ -5,10 +5,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,9 +20,8 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // fastPolicy is a policy with sub-second durations, for tests against a
@@ -42,28 +39,7 @@ func fastPolicy() breaker.Policy {
 
 // cooldownd is a real in-process cooldownd (internal/server on a store on
 // miniredis) served over h2c, with every request's bytes recorded.
-type cooldownd struct {
-	auth  server.Authenticator // nil: no auth
-	URL   string
-	Addr  string
-	store *store.Store
-	srv   *httptest.Server
-	mu    sync.Mutex
-	wire  bytes.Buffer // every request, dumped with headers and body
-	calls atomic.Int64
-	// intercept, when set, sees each request first; returning true means
-	// it answered and the server does not.
-	intercept atomic.Pointer[func(w http.ResponseWriter, r *http.Request) bool]
-}
-
-// setIntercept sets (nil: clears) the request interceptor.
-func (cd *cooldownd) setIntercept(f func(w http.ResponseWriter, r *http.Request) bool) {
-	if f == nil {
-		cd.intercept.Store(nil)
-		return
-	}
-	cd.intercept.Store(&f)
-}
+type cooldownd struct{ *servertest.Server }
 
 // startCooldownd starts a cooldownd with policy p, closed at cleanup.
 func startCooldownd(t testing.TB, p breaker.Policy) *cooldownd {
@@ -74,70 +50,13 @@ func startCooldownd(t testing.TB, p breaker.Policy) *cooldownd {
 // startCooldowndAuth starts a cooldownd that authenticates with auth.
 func startCooldowndAuth(t testing.TB, p breaker.Policy, auth server.Authenticator) *cooldownd {
 	t.Helper()
-	_, rdb := redistest.Mini(t)
-	st, err := store.New(rdb, store.Options{Policy: &p})
-	require.NoError(t, err)
-	cd := &cooldownd{store: st, auth: auth}
-	cd.serve(t, nil)
-	return cd
-}
-
-// serve starts serving on l (nil: a new loopback port).
-func (cd *cooldownd) serve(t testing.TB, l net.Listener) {
-	t.Helper()
-	srv, err := server.New(server.Options{Store: cd.store, Auth: cd.auth, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	h := srv.Handler()
-	ts := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		dump, err := httputil.DumpRequest(r, true)
-		if err == nil {
-			cd.mu.Lock()
-			cd.wire.Write(dump)
-			cd.mu.Unlock()
-		}
-		cd.calls.Add(1)
-		if f := cd.intercept.Load(); f != nil && (*f)(w, r) {
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
-	if l != nil {
-		_ = ts.Listener.Close()
-		ts.Listener = l
-	}
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	ts.Config.Protocols = &p
-	ts.Start()
-	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close() }) // open streams first
-	cd.srv, cd.URL, cd.Addr = ts, ts.URL, ts.Listener.Addr().String()
-}
-
-// stop closes the server: the address stops answering.
-// Open streams (a mirror's watch) are cut first: Close waits for them.
-func (cd *cooldownd) stop() {
-	cd.srv.CloseClientConnections()
-	cd.srv.Close()
+	return &cooldownd{servertest.Start(t, servertest.WithPolicy(p), servertest.WithAuth(auth), servertest.WithRecording())}
 }
 
 // restart serves again on the same address.
 func (cd *cooldownd) restart(t testing.TB) {
 	t.Helper()
-	var l net.Listener
-	require.Eventually(t, func() bool {
-		var err error
-		l, err = net.Listen("tcp", cd.Addr)
-		return err == nil
-	}, 5*time.Second, 20*time.Millisecond)
-	cd.serve(t, l)
-}
-
-// wireBytes returns everything the server received so far.
-func (cd *cooldownd) wireBytes() []byte {
-	cd.mu.Lock()
-	defer cd.mu.Unlock()
-	return bytes.Clone(cd.wire.Bytes())
+	require.NoError(t, cd.Restart(context.Background()))
 }
 
 // get reads one connection's state and history through the API.

@@ -86,7 +86,7 @@ func TestFallbackKeepsTheFleetsWord(t *testing.T) {
 	require.False(t, a.Local)
 	require.Equal(t, 1, a.Index, "cooldownd sends the call to the fallback")
 
-	cd.stop()
+	cd.Stop()
 	a, err = c.Admit(ctx, primary, fallback)
 	require.NoError(t, err)
 	require.True(t, a.Local, "decided in-process")

@@ -46,13 +46,13 @@ func TestNoCredentialLeaves(t *testing.T) {
 	_, _ = c.DoFallback(t.Context(), []Conn{cn, fb}, func(ctx context.Context, _ Conn) (*http.Response, error) {
 		return prov.get()(ctx)
 	})
-	cd.stop() // the degradation notice is logged too
+	cd.Stop() // the degradation notice is logged too
 	for range DefaultDegradeAfter {
 		_, _ = c.Do(t.Context(), cn, prov.get())
 	}
 	require.Contains(t, logs.String(), "cooldownd unreachable")
 
-	wire := cd.wireBytes()
+	wire := cd.Wire()
 	require.True(t, bytes.Contains(wire, cn.ID().Bytes()), "the capture holds the connection id")
 	require.Contains(t, string(wire), "Bearer "+token, "the capture holds the token header")
 	forms := []string{canary, hex.EncodeToString([]byte(canary)), base64.StdEncoding.EncodeToString([]byte(canary)),

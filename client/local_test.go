@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -32,9 +32,9 @@ func TestLocalFallbackAndRecovery(t *testing.T) {
 
 	do()
 	require.False(t, c.Degraded())
-	served := cd.calls.Load()
+	served := cd.Calls()
 
-	cd.stop()
+	cd.Stop()
 	for range 5 {
 		do() // never blocked because cooldownd is down
 	}
@@ -51,7 +51,7 @@ func TestLocalFallbackAndRecovery(t *testing.T) {
 		do()
 		return !c.Degraded()
 	}, 5*time.Second, 50*time.Millisecond, "goes back to cooldownd by itself")
-	assert.Greater(t, cd.calls.Load(), served, "the new server answered")
+	assert.Greater(t, cd.Calls(), served, "the new server answered")
 	do()
 	a, err = c.Admit(t.Context(), cn)
 	require.NoError(t, err)
@@ -132,12 +132,8 @@ func TestTenantCapNotAnOutage(t *testing.T) {
 	for _, mode := range []FailMode{FailOpen, FailClosed} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			_, rdb := redistest.Mini(t)
-			p := fastPolicy()
-			st, err := store.New(rdb, store.Options{Policy: &p, MaxConnsPerTenant: 1})
-			require.NoError(t, err)
-			cd := &cooldownd{store: st}
-			cd.serve(t, nil)
+			cd := servertest.Start(t, servertest.WithPolicy(fastPolicy()),
+				servertest.WithStoreOptions(func(o *store.Options) { o.MaxConnsPerTenant = 1 }))
 			prov := newProvider(t)
 			log, logs := newLogger()
 			c := newClient(t, cd.URL, WithLogger(log), WithFailMode(mode))

@@ -23,7 +23,7 @@ func noop(context.Context) (*http.Response, error) {
 // counting counts the Admit and Report calls that reach cooldownd.
 func counting(cd *cooldownd) (admits, reports *atomic.Int64) {
 	admits, reports = new(atomic.Int64), new(atomic.Int64)
-	cd.setIntercept(func(_ http.ResponseWriter, r *http.Request) bool {
+	cd.SetIntercept(func(_ http.ResponseWriter, r *http.Request) bool {
 		switch {
 		case isRPC(r, "Admit"):
 			admits.Add(1)
@@ -140,7 +140,7 @@ func TestMirrorNeedsTheStream(t *testing.T) {
 	c := mirrored(t, cd)
 	cn := conn(t, c, "https://api.example.com/v1", "key-down", "")
 	admitMirrored(t, c, cn)
-	cd.stop()
+	cd.Stop()
 	require.Eventually(t, func() bool { return !c.Stats().Mirror.Live }, 5*time.Second, 5*time.Millisecond)
 	adm, err := c.Admit(t.Context(), cn)
 	require.NoError(t, err)

@@ -113,7 +113,7 @@ func TestH2CServerNotReplayed(t *testing.T) {
 	cd := startCooldownd(t, fastPolicy())
 	var mu sync.Mutex
 	protos := map[string]int{}
-	cd.setIntercept(func(_ http.ResponseWriter, r *http.Request) bool {
+	cd.SetIntercept(func(_ http.ResponseWriter, r *http.Request) bool {
 		mu.Lock()
 		protos[r.Proto]++
 		mu.Unlock()

@@ -59,6 +59,7 @@ type options struct {
 	auth       server.Authenticator
 	protocol   Protocol
 	rdb        redis.UniversalClient
+	store      *store.Store
 	redisOpts  func(*redis.Options)
 	storeOpts  func(*store.Options)
 	serverOpts func(*server.Options)
@@ -84,6 +85,11 @@ func WithProtocol(p Protocol) Option { return func(o *options) { o.protocol = p 
 // instead of a new miniredis; [Server.Mini] is then nil. The caller owns
 // rdb.
 func WithRedis(rdb redis.UniversalClient) Option { return func(o *options) { o.rdb = rdb } }
+
+// WithStore serves st (a replica of another test server: pass its Store)
+// instead of a new store; the policy, Redis and store options are then
+// not used.
+func WithStore(st *store.Store) Option { return func(o *options) { o.store = st } }
 
 // WithRedisOptions edits the options of the client of the miniredis (for
 // example fewer retries, so tests of an unavailable store stay fast).
@@ -157,6 +163,13 @@ func Run(opts ...Option) (*Server, error) {
 	s := &Server{}
 	for _, f := range opts {
 		f(&s.o)
+	}
+	if s.o.store != nil {
+		s.Store = s.o.store
+		if err := s.serve(nil); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	rdb := s.o.rdb
 	if rdb == nil {
@@ -295,8 +308,8 @@ func (s *Server) Stop() {
 	if srv == nil {
 		return
 	}
-	srv.Close() // first: ends watch streams before hs.Close waits for them
-	hs.CloseClientConnections()
+	hs.CloseClientConnections() // first: open streams are cut, as by a crash
+	srv.Close()                 // ends any watch stream before hs.Close waits for it
 	hs.Close()
 }
 
