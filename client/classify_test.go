@@ -32,9 +32,9 @@ func wrapURL(err error) error {
 // TestClassify holds the cases only Go can build: error values of Go's
 // own types (x509, net.OpError, wrapped deadlines). Every response case —
 // statuses, headers, bodies — lives in the one fixture both clients run,
-// clients/ts/testdata/classification.json: the Go client runs it in
-// clients/ts/conformance (TestClassificationFixture), the TypeScript client
-// in clients/ts/test, so the two cannot drift.
+// testdata/classification.json at the repository root: the Go client runs
+// it in clients/ts/conformance (TestClassificationFixture), the TypeScript
+// client in clients/ts/test, so the two cannot drift.
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

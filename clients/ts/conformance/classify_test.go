@@ -24,7 +24,8 @@ import (
 	"github.com/cooldownd/cooldownd/client"
 )
 
-// fixture is testdata/classification.json.
+// fixture is the repository's testdata/classification.json, the cases
+// both clients run.
 type fixture struct {
 	Now   time.Time `json:"now"`
 	Cases []struct {
@@ -90,7 +91,7 @@ func ceilMs(d time.Duration) int64 { return int64(math.Ceil(float64(d) / float64
 
 func TestClassificationFixture(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../testdata/classification.json")
+	raw, err := os.ReadFile("../../../testdata/classification.json")
 	require.NoError(t, err)
 	var fx fixture
 	require.NoError(t, json.Unmarshal(raw, &fx))

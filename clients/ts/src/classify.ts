@@ -2,7 +2,8 @@
 // (client/classify.go, client/body.go): statuses and JSON error
 // type/code/status fields decide, never message text; network errors are
 // recognised by the codes in their cause chain, never by their message.
-// clients/ts/testdata/classification.json holds the cases both clients run.
+// testdata/classification.json (at the repository root) holds the cases
+// both clients run.
 
 import { MaxHintMs, proactiveDelay, serverDelay, shouldRetryHeader, type HeaderGetter } from "./headers.js";
 import { Outcome } from "./breaker.js";

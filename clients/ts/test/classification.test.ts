@@ -1,5 +1,6 @@
 // The classification fixture shared with the Go client
-// (testdata/classification.json, run by clients/ts/conformance in Go), and
+// (testdata/classification.json at the repository root, run by
+// clients/ts/conformance in Go), and
 // the network error shapes of Node, undici and Bun.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -7,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { classify, classifyError } from "../src/classify.js";
 import { outcomeName } from "../src/breaker.js";
-import { tsRoot } from "./helpers.js";
+import { repoRoot } from "./helpers.js";
 
 interface Case {
   name: string; status?: number; headers?: Record<string, string>; body?: string;
@@ -15,7 +16,7 @@ interface Case {
   rules?: { max_server_delay_ms?: number; max_body_bytes?: number };
   want: Record<string, unknown>;
 }
-const fx: { now: string; cases: Case[] } = JSON.parse(readFileSync(join(tsRoot, "testdata/classification.json"), "utf8"));
+const fx: { now: string; cases: Case[] } = JSON.parse(readFileSync(join(repoRoot, "testdata/classification.json"), "utf8"));
 const now = Date.parse(fx.now);
 
 const pad = (n: number, w = 2) => String(n).padStart(w, "0");
