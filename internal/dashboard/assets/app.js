@@ -830,13 +830,20 @@
     field(dl, 'Override', m.override ? m.override + (m.overrideUntil ? ' until ' + fmtTime(m.overrideUntil) : ' until changed') : 'none');
     field(dl, 'Last change', m.changed ? fmtTime(m.changed) : '—');
     field(dl, 'Last report at', m.updated ? fmtTime(m.updated) : '—');
+    // The buttons are rebuilt only when they change, never under the
+    // pointer: the view refreshes with every re-read.
     const acts = $('detail-actions');
-    acts.replaceChildren();
-    if (isAdmin() && !m.tenant) {
-      const b = (action, text) => el('button', { type: 'button', 'data-action': action, 'data-key': m.key, text, disabled: state.offline });
-      acts.append(b('reset', 'Reset'), b('force-open', 'Force open'), b('force-closed', 'Force closed'));
-      if (m.override) acts.append(b('clear', 'Clear override'));
+    const sig = isAdmin() && !m.tenant ? m.key + '|' + (m.override ? 'o' : '') : '';
+    if (acts.dataset.sig !== sig) {
+      acts.dataset.sig = sig;
+      acts.replaceChildren();
+      if (sig) {
+        const b = (action, text) => el('button', { type: 'button', 'data-action': action, 'data-key': m.key, text });
+        acts.append(b('reset', 'Reset'), b('force-open', 'Force open'), b('force-closed', 'Force closed'));
+        if (m.override) acts.append(b('clear', 'Clear override'));
+      }
     }
+    for (const btn of acts.querySelectorAll('button')) btn.disabled = state.offline;
     fillPolicy(row);
     fillTimeline(row);
     tickDetail();
@@ -1074,6 +1081,7 @@
     state.rows.clear();
     $('rows').replaceChildren();
     $('detail-actions').replaceChildren();
+    delete $('detail-actions').dataset.sig;
     $('detail-fields').replaceChildren();
     $('detail-history').replaceChildren();
   }
