@@ -6,9 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/logtest"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/assert"
@@ -25,39 +24,12 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
-	"github.com/cooldownd/cooldownd/internal/auth"
-	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
 )
-
-const (
-	adminToken  = "ctl-admin-token-4f1c"
-	viewerToken = "ctl-viewer-token-9a2e"
-	clientToken = "ctl-client-token-77b0"
-	// operatorToken reads every tenant; globexToken is a client of a
-	// second tenant.
-	operatorToken = "ctl-operator-token-31d5"
-	globexToken   = "ctl-globex-client-token-0c9d"
-)
-
-// testAuth is the real token table (internal/auth) over the test tokens
-// of tenant "acme".
-func testAuth(t testing.TB) *auth.Table {
-	t.Helper()
-	tab, err := auth.Parse([]byte(`tokens:
-  - {name: oncall, tenant: acme, role: admin, token: "` + adminToken + `"}
-  - {name: viewer, tenant: acme, role: viewer, token: "` + viewerToken + `"}
-  - {name: app, tenant: acme, role: client, token: "` + clientToken + `"}
-  - {name: sre, role: operator, token: "` + operatorToken + `"}
-  - {name: globex-app, tenant: globex, role: client, token: "` + globexToken + `"}
-`))
-	require.NoError(t, err)
-	return tab
-}
 
 // testServer is cooldownd in-process on httptest (HTTP/1.1), over a store
-// on miniredis, with the fake tokens.
+// on miniredis, with the test tokens of servertest.Tokens (tenant acme, a
+// client of globex, an operator).
 type testServer struct {
 	url string
 	app cooldownv1connect.CooldownServiceClient
@@ -65,16 +37,10 @@ type testServer struct {
 
 func newServer(t *testing.T) *testServer {
 	t.Helper()
-	_, rdb := redistest.Mini(t)
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
-	srv, err := server.New(server.Options{Store: st, Auth: testAuth(t), Logger: slog.New(slog.DiscardHandler), Heartbeat: 200 * time.Millisecond})
-	require.NoError(t, err)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	t.Cleanup(srv.Close) // runs first: ends watch streams
-	hc := &http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: clientToken}}
-	return &testServer{url: hs.URL, app: cooldownv1connect.NewCooldownServiceClient(hc, hs.URL)}
+	ts := servertest.Start(t, servertest.WithProtocol(servertest.HTTP1), servertest.WithAuth(servertest.Tokens(t)),
+		servertest.WithServerOptions(func(o *server.Options) { o.Heartbeat = 200 * time.Millisecond }))
+	hc := &http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: servertest.ClientToken}}
+	return &testServer{url: ts.URL, app: cooldownv1connect.NewCooldownServiceClient(hc, ts.URL)}
 }
 
 func (s *testServer) report(t *testing.T, id []byte, label string, o cooldownv1.Outcome, status uint32, retry time.Duration) {
@@ -127,8 +93,10 @@ func (s *testServer) ctlCtx(ctx context.Context, t *testing.T, env map[string]st
 	return r
 }
 
-func viewer() map[string]string { return map[string]string{"COOLDOWNCTL_TOKEN": viewerToken} }
-func admin() map[string]string  { return map[string]string{"COOLDOWNCTL_TOKEN": adminToken} }
+func viewer() map[string]string {
+	return map[string]string{"COOLDOWNCTL_TOKEN": servertest.ViewerToken}
+}
+func admin() map[string]string { return map[string]string{"COOLDOWNCTL_TOKEN": servertest.AdminToken} }
 
 func TestListAndGet(t *testing.T) {
 	t.Parallel()
@@ -152,7 +120,7 @@ func TestListAndGet(t *testing.T) {
 	assert.Regexp(t, `anthropic claude\s+closed\s+-\s+-\s+0\s+1/0\s+200 success\s+0\s+-$`, lineWith(t, r.stdout, hex.EncodeToString(closed)[:8]))
 
 	// --state filters; global flags work after the command too.
-	r = s.ctl(t, map[string]string{"COOLDOWNCTL_SERVER": "http://127.0.0.1:1"}, "list", "--state", "open", "--server", s.url, "--token-file", tokenFile(t, viewerToken))
+	r = s.ctl(t, map[string]string{"COOLDOWNCTL_SERVER": "http://127.0.0.1:1"}, "list", "--state", "open", "--server", s.url, "--token-file", tokenFile(t, servertest.ViewerToken))
 	require.NoError(t, r.err, r.stderr)
 	assert.Len(t, strings.Split(strings.TrimSpace(r.stdout), "\n"), 2)
 	assert.Contains(t, r.stdout, "openai gpt-4o")
@@ -252,7 +220,7 @@ func TestWatch(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				getenv := func(k string) string {
-					return map[string]string{"COOLDOWNCTL_SERVER": s.url, "COOLDOWNCTL_TOKEN": viewerToken}[k]
+					return map[string]string{"COOLDOWNCTL_SERVER": s.url, "COOLDOWNCTL_TOKEN": servertest.ViewerToken}[k]
 				}
 				done <- run(ctx, []string{"watch", "-o", format}, getenv, &out, io.Discard)
 			}()
@@ -275,7 +243,7 @@ func TestWatch(t *testing.T) {
 				}
 			}
 			// The reset puts it back for the next format.
-			_, err := cooldownv1connect.NewAdminServiceClient(&http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: adminToken}}, s.url).
+			_, err := cooldownv1connect.NewAdminServiceClient(&http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: servertest.AdminToken}}, s.url).
 				ResetConnection(t.Context(), connect.NewRequest(&cooldownv1.ResetConnectionRequest{Id: id, Reason: "next"}))
 			require.NoError(t, err)
 			cancel()
@@ -348,20 +316,20 @@ func TestTokens(t *testing.T) {
 	assert.Contains(t, r.stderr, "unauthenticated")
 	assert.Contains(t, r.stderr, "COOLDOWNCTL_TOKEN")
 
-	r = keep(s.ctl(t, map[string]string{"COOLDOWNCTL_TOKEN": "wrong-" + adminToken}, "list"))
+	r = keep(s.ctl(t, map[string]string{"COOLDOWNCTL_TOKEN": "wrong-" + servertest.AdminToken}, "list"))
 	require.Error(t, r.err)
 	assert.Contains(t, r.stderr, "unknown token")
 
-	r = keep(s.ctl(t, map[string]string{"COOLDOWNCTL_TOKEN": clientToken}, "list"))
+	r = keep(s.ctl(t, map[string]string{"COOLDOWNCTL_TOKEN": servertest.ClientToken}, "list"))
 	require.Error(t, r.err)
 	assert.Contains(t, r.stderr, "permission_denied")
 
-	r = keep(s.ctl(t, nil, "list", "--token", viewerToken))
+	r = keep(s.ctl(t, nil, "list", "--token", servertest.ViewerToken))
 	require.NoError(t, r.err, r.stderr)
 	assert.Contains(t, r.stderr, "--token is visible to other users")
 
 	// The token file wins over the environment.
-	r = keep(s.ctl(t, map[string]string{"COOLDOWNCTL_TOKEN": "wrong", "COOLDOWNCTL_TOKEN_FILE": tokenFile(t, viewerToken)}, "list"))
+	r = keep(s.ctl(t, map[string]string{"COOLDOWNCTL_TOKEN": "wrong", "COOLDOWNCTL_TOKEN_FILE": tokenFile(t, servertest.ViewerToken)}, "list"))
 	require.NoError(t, r.err, r.stderr)
 	assert.Contains(t, r.stdout, "openai gpt-4o")
 
@@ -375,7 +343,7 @@ func TestTokens(t *testing.T) {
 	require.Error(t, r.err)
 	assert.Contains(t, r.stderr, "over plain http")
 
-	for _, tok := range []string{adminToken, viewerToken, clientToken} {
+	for _, tok := range []string{servertest.AdminToken, servertest.ViewerToken, servertest.ClientToken} {
 		assert.NotContains(t, all.String(), tok, "a token was printed")
 	}
 }

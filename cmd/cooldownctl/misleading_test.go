@@ -18,9 +18,12 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/cmd/internal/buildinfo"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
-func operator() map[string]string { return map[string]string{"COOLDOWNCTL_TOKEN": operatorToken} }
+func operator() map[string]string {
+	return map[string]string{"COOLDOWNCTL_TOKEN": servertest.OperatorToken}
+}
 
 // TestUnknownIDIsNotFound: a full id cooldownd holds no state for is "not
 // found" (exit 1) for get, reset and force, never a closed connection;
@@ -171,7 +174,7 @@ func TestOperatorCLI(t *testing.T) {
 	s := newServer(t)
 	acme, globex := newID(t), newID(t)
 	s.report(t, acme, "acme-conn", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, time.Minute)
-	g := cooldownv1connect.NewCooldownServiceClient(&http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: globexToken}}, s.url)
+	g := cooldownv1connect.NewCooldownServiceClient(&http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: servertest.OtherToken}}, s.url)
 	_, err := g.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
 		Connection: &cooldownv1.Connection{Id: globex, Label: "globex-conn"}, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, HttpStatus: 200,
 	}))
