@@ -29,7 +29,7 @@ import (
 	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 const (
@@ -54,28 +54,11 @@ func TestNoSecretReachesCooldownd(t *testing.T) {
 	p.ConsecutiveFailures = 2
 	p.OpenBase = 50 * time.Millisecond
 	p.OpenMax = 100 * time.Millisecond
-	st, err := store.New(rdb, store.Options{Policy: &p})
-	require.NoError(t, err)
 	var serverLog, clientLog syncBuffer
-	srv, err := server.New(server.Options{Store: st, Logger: slog.New(slog.NewJSONHandler(&serverLog, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	require.NoError(t, err)
-	var seenMu sync.Mutex
-	var seen bytes.Buffer
-	h := srv.Handler()
-	cd := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		seenMu.Lock()
-		seen.WriteString(r.URL.String())
-		for k, v := range r.Header {
-			seen.WriteString(k + ": " + strings.Join(v, ",") + "\n")
-		}
-		seen.Write(body)
-		seenMu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		h.ServeHTTP(w, r)
-	}))
-	t.Cleanup(cd.Close)
-	t.Cleanup(srv.Close)
+	cd := servertest.Start(t, servertest.WithRedis(rdb), servertest.WithPolicy(p), servertest.WithRecording(),
+		servertest.WithServerOptions(func(o *server.Options) {
+			o.Logger = slog.New(slog.NewJSONHandler(&serverLog, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}))
 
 	// The provider answers every failure class, echoing the prompt and the
 	// key in its bodies the way real error messages sometimes do.
@@ -189,9 +172,7 @@ func TestNoSecretReachesCooldownd(t *testing.T) {
 		require.NoError(t, err)
 		dash.WriteString(protojson.Format(got.Msg))
 	}
-	seenMu.Lock()
-	requests := seen.String()
-	seenMu.Unlock()
+	requests := string(cd.Wire())
 	require.Contains(t, requests, "/cooldown.v1.CooldownService/Report", "reports reached cooldownd")
 	require.Contains(t, requests, "openai mini", "request bodies are captured (labels travel in them)")
 	require.Contains(t, dump.String(), "openai mini", "the dump holds the stored labels")

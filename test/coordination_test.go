@@ -6,7 +6,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,8 +20,7 @@ import (
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/redistest"
-	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // replicas starts n cooldownd servers sharing one real Redis and returns a
@@ -32,16 +30,8 @@ func replicas(t *testing.T, n int, p breaker.Policy) []cooldownv1connect.Cooldow
 	rdb := redistest.Real(t)
 	var out []cooldownv1connect.CooldownServiceClient
 	for range n {
-		st, err := store.New(rdb, store.Options{Policy: &p})
-		require.NoError(t, err)
-		srv, err := server.New(server.Options{Store: st})
-		require.NoError(t, err)
-		hs := httptest.NewUnstartedServer(srv.Handler())
-		hs.EnableHTTP2 = true
-		hs.StartTLS()
-		t.Cleanup(hs.Close)
-		t.Cleanup(srv.Close)
-		out = append(out, cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL))
+		s := servertest.Start(t, servertest.WithRedis(rdb), servertest.WithPolicy(p), servertest.WithProtocol(servertest.TLS))
+		out = append(out, cooldownv1connect.NewCooldownServiceClient(s.Client(), s.URL))
 	}
 	return out
 }

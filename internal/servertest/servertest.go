@@ -15,12 +15,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,8 +113,9 @@ func WithListener(f func(net.Listener) net.Listener) Option {
 	return func(o *options) { o.listener = f }
 }
 
-// WithRecording records every request (line, headers and body) the server
-// receives; [Server.Wire] returns them.
+// WithRecording records every request (line, headers and body, the body
+// read whole before the server sees it) the server receives; [Server.Wire]
+// returns them.
 func WithRecording() Option { return func(o *options) { o.record = true } }
 
 // Server is one in-process cooldownd.
@@ -247,11 +248,7 @@ func (s *Server) serve(l net.Listener) error {
 func (s *Server) handler(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.o.record {
-			if dump, err := httputil.DumpRequest(r, true); err == nil {
-				s.wireMu.Lock()
-				s.wire.Write(dump)
-				s.wireMu.Unlock()
-			}
+			s.record(r)
 		}
 		s.calls.Add(1)
 		if f := s.intercep.Load(); f != nil && (*f)(w, r) {
@@ -259,6 +256,24 @@ func (s *Server) handler(h http.Handler) http.Handler {
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// record appends r's request line, headers and body, as received (no
+// chunk framing that could split a string a test looks for), to the wire,
+// and leaves the body for the handler to read again.
+func (s *Server) record(r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	s.wireMu.Lock()
+	defer s.wireMu.Unlock()
+	fmt.Fprintf(&s.wire, "%s %s %s\r\nHost: %s\r\n", r.Method, r.URL.RequestURI(), r.Proto, r.Host)
+	_ = r.Header.Write(&s.wire)
+	s.wire.WriteString("\r\n")
+	s.wire.Write(body)
+	if err != nil {
+		fmt.Fprintf(&s.wire, "\r\n(body cut: %v)", err)
+	}
+	s.wire.WriteString("\r\n")
 }
 
 // SetIntercept sets (nil: clears) the request interceptor.
