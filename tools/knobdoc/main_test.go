@@ -13,6 +13,9 @@ import (
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
+// repoRoot is the repository's root, from this package's directory.
+const repoRoot = "../.."
+
 func TestJSONRoundTrip(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile(filepath.Join(repoRoot, SchemaFile))
