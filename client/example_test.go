@@ -14,20 +14,58 @@ import (
 	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
-// startCooldownd runs cooldownd in-process on an embedded Redis, as
-// `go run ./cmd/cooldownd` does, and returns its URL.
-func startCooldownd() (url string, stop func(), err error) {
-	s, err := servertest.Run()
-	if err != nil {
-		return "", nil, err
-	}
-	return s.URL, s.Close, nil
+// example is what each example runs against: cooldownd in-process on an
+// embedded Redis (as `go run ./cmd/cooldownd` runs it), a fake OpenAI, and
+// a client guarding one connection to it.
+type example struct {
+	server   *servertest.Server
+	provider *httptest.Server // the fake OpenAI
+	calls    *atomic.Int64    // the provider's calls
+	client   *client.Client
+	conn     client.Conn // "openai" on provider, API key apiKey
+	closers  []func()
 }
 
-// fakeProvider answers with the given statuses in turn, then 200, and
-// counts its calls.
-func fakeProvider(name string, calls *atomic.Int64, statuses ...int) *httptest.Server {
-	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// apiKey is the examples' provider key: hashed into the connection id,
+// never sent to cooldownd.
+const apiKey = "sk-example"
+
+// startExample starts an example whose provider answers with statuses in
+// turn, then 200. On an error it prints it and returns nil.
+func startExample(statuses ...int) *example {
+	s, err := servertest.Run()
+	if err != nil {
+		fmt.Println(err)
+		return nil
+	}
+	e := &example{server: s, closers: []func(){s.Close}}
+	e.provider, e.calls = e.fakeProvider("openai", statuses...)
+	e.client, err = client.New(s.URL, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+		client.WithAdmitTimeout(5*time.Second)) // generous: the example's cooldownd shares a busy machine
+	if err == nil {
+		e.closers = append(e.closers, func() { _ = e.client.Close() })
+		e.conn, err = e.client.Connection("openai", e.provider.URL, apiKey, "gpt-4o", "")
+	}
+	if err != nil {
+		fmt.Println(err)
+		e.close()
+		return nil
+	}
+	return e
+}
+
+// close closes what the example started, the last first.
+func (e *example) close() {
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		e.closers[i]()
+	}
+}
+
+// fakeProvider starts a provider that answers with the given statuses in
+// turn, then 200, and counts its calls; e.close closes it.
+func (e *example) fakeProvider(name string, statuses ...int) (*httptest.Server, *atomic.Int64) {
+	calls := new(atomic.Int64)
+	p := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := int(calls.Add(1))
 		if n <= len(statuses) {
 			w.WriteHeader(statuses[n-1])
@@ -36,32 +74,18 @@ func fakeProvider(name string, calls *atomic.Int64, statuses ...int) *httptest.S
 		}
 		_, _ = io.WriteString(w, `{"answer":"hello from `+name+`"}`)
 	}))
+	e.closers = append(e.closers, p.Close)
+	return p, calls
 }
 
 // Do guards one provider call: admit, call, classify, report, retry.
 func ExampleClient_Do() {
-	url, stop, err := startCooldownd()
-	if err != nil {
-		fmt.Println(err)
+	e := startExample(http.StatusServiceUnavailable) // the provider fails once
+	if e == nil {
 		return
 	}
-	defer stop()
-	var calls atomic.Int64
-	openai := fakeProvider("openai", &calls, http.StatusServiceUnavailable) // fails once
-	defer openai.Close()
-
-	c, err := client.New(url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
-		client.WithAdmitTimeout(5*time.Second)) // generous: the example's cooldownd shares a busy machine
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	const apiKey = "sk-example" // hashed into the connection id, never sent to cooldownd
-	conn, err := c.Connection("openai", openai.URL, apiKey, "gpt-4o", "")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	defer e.close()
+	c, conn, openai := e.client, e.conn, e.provider
 	resp, err := c.Do(context.Background(), conn, func(ctx context.Context) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, openai.URL+"/chat/completions",
 			strings.NewReader(`{"model":"gpt-4o"}`))
@@ -78,7 +102,7 @@ func ExampleClient_Do() {
 	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, string(body))
-	fmt.Println("provider calls:", calls.Load())
+	fmt.Println("provider calls:", e.calls.Load())
 	// Output:
 	// 200 {"answer":"hello from openai"}
 	// provider calls: 2
@@ -88,28 +112,13 @@ func ExampleClient_Do() {
 // quota is exhausted, and cooldownd skips the primary from then on, in every
 // process.
 func ExampleClient_DoFallback() {
-	url, stop, err := startCooldownd()
-	if err != nil {
-		fmt.Println(err)
+	e := startExample(http.StatusTooManyRequests) // insufficient_quota
+	if e == nil {
 		return
 	}
-	defer stop()
-	var primaryCalls, fallbackCalls atomic.Int64
-	primary := fakeProvider("openai", &primaryCalls, http.StatusTooManyRequests) // insufficient_quota
-	defer primary.Close()
-	fallback := fakeProvider("anthropic", &fallbackCalls)
-	defer fallback.Close()
-
-	c, err := client.New(url, client.WithAdmitTimeout(5*time.Second)) // generous: a busy machine
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	gpt, err := c.Connection("openai", primary.URL, "sk-example", "gpt-4o", "")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	defer e.close()
+	c, gpt, primary := e.client, e.conn, e.provider
+	fallback, fallbackCalls := e.fakeProvider("anthropic")
 	claude, err := c.Connection("anthropic", fallback.URL, "sk-ant-example", "claude-sonnet", "")
 	if err != nil {
 		fmt.Println(err)
@@ -133,7 +142,7 @@ func ExampleClient_DoFallback() {
 		_ = resp.Body.Close()
 		fmt.Println(string(body))
 	}
-	fmt.Println("primary calls:", primaryCalls.Load(), "fallback calls:", fallbackCalls.Load())
+	fmt.Println("primary calls:", e.calls.Load(), "fallback calls:", fallbackCalls.Load())
 	// Output:
 	// {"answer":"hello from anthropic"}
 	// {"answer":"hello from anthropic"}
@@ -145,27 +154,12 @@ func ExampleClient_DoFallback() {
 //
 //	openai.NewClient(option.WithHTTPClient(hc), option.WithMaxRetries(0))
 func ExampleClient_RoundTripper() {
-	url, stop, err := startCooldownd()
-	if err != nil {
-		fmt.Println(err)
+	e := startExample(http.StatusBadGateway) // the provider fails once
+	if e == nil {
 		return
 	}
-	defer stop()
-	var calls atomic.Int64
-	provider := fakeProvider("openai", &calls, http.StatusBadGateway) // fails once
-	defer provider.Close()
-
-	c, err := client.New(url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
-		client.WithAdmitTimeout(5*time.Second)) // generous: the example's cooldownd shares a busy machine
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	conn, err := c.Connection("openai", provider.URL, "sk-example", "gpt-4o", "")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	defer e.close()
+	c, conn, provider := e.client, e.conn, e.provider
 	hc := &http.Client{Transport: c.RoundTripper(conn, nil)}
 	resp, err := hc.Post(provider.URL+"/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o"}`))
 	if err != nil {
@@ -173,7 +167,7 @@ func ExampleClient_RoundTripper() {
 		return
 	}
 	defer func() { _ = resp.Body.Close() }()
-	fmt.Println(resp.Status, "after", calls.Load(), "calls")
+	fmt.Println(resp.Status, "after", e.calls.Load(), "calls")
 	// Output:
 	// 200 OK after 2 calls
 }

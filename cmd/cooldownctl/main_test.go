@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"io"
 	"net/http"
@@ -53,12 +52,13 @@ func (s *testServer) report(t *testing.T, id []byte, label string, o cooldownv1.
 	require.NoError(t, err)
 }
 
-func newID(t *testing.T) []byte {
+// rateLimited reports a 429 (Retry-After a minute) on a new connection
+// "openai gpt-4o" and returns its id, raw and in hex.
+func (s *testServer) rateLimited(t *testing.T) (id []byte, hexID string) {
 	t.Helper()
-	b := make([]byte, 32)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	return b
+	id = servertest.NewID()
+	s.report(t, id, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, time.Minute)
+	return id, hex.EncodeToString(id)
 }
 
 // result is one cooldownctl run.
@@ -106,7 +106,7 @@ func TestListAndGet(t *testing.T) {
 	require.NoError(t, r.err, r.stderr)
 	assert.Equal(t, "No connections.\n", r.stdout)
 
-	open, closed := newID(t), newID(t)
+	open, closed := servertest.NewID(), servertest.NewID()
 	s.report(t, open, "openai gpt-4o …a1b2", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, 30*time.Second)
 	s.report(t, closed, "anthropic claude", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
 
@@ -158,9 +158,7 @@ func TestListAndGet(t *testing.T) {
 func TestResetAndForce(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	id := newID(t)
-	hexID := hex.EncodeToString(id)
-	s.report(t, id, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, time.Minute)
+	_, hexID := s.rateLimited(t)
 
 	// A viewer may not.
 	r := s.ctl(t, viewer(), "reset", hexID, "--reason", "try")
@@ -210,7 +208,7 @@ func TestResetAndForce(t *testing.T) {
 func TestWatch(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	id := newID(t)
+	id := servertest.NewID()
 	s.report(t, id, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
 
 	for _, format := range []string{"table", "json"} {
@@ -260,7 +258,7 @@ func TestWatch(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	id := hex.EncodeToString(newID(t))
+	id := hex.EncodeToString(servertest.NewID())
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -304,7 +302,7 @@ func TestUsageErrors(t *testing.T) {
 func TestTokens(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	s.report(t, newID(t), "openai gpt-4o", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
+	s.report(t, servertest.NewID(), "openai gpt-4o", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
 	var all strings.Builder
 	keep := func(r result) result {
 		all.WriteString(r.stdout + r.stderr)

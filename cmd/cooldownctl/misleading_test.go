@@ -31,7 +31,7 @@ func operator() map[string]string {
 func TestUnknownIDIsNotFound(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	unknown := newID(t)
+	unknown := servertest.NewID()
 	forms := map[string]string{
 		"hex":        hex.EncodeToString(unknown),
 		"HEX":        strings.ToUpper(hex.EncodeToString(unknown)),
@@ -67,9 +67,7 @@ func TestUnknownIDIsNotFound(t *testing.T) {
 func TestIDForms(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	id := newID(t)
-	hexID := hex.EncodeToString(id)
-	s.report(t, id, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, time.Minute)
+	id, hexID := s.rateLimited(t)
 	for _, arg := range []string{hexID, strings.ToUpper(hexID), base64.StdEncoding.EncodeToString(id), base64.URLEncoding.EncodeToString(id),
 		base64.RawStdEncoding.EncodeToString(id), hexID[:4], hexID[:8] + "…", hexID[:20]} {
 		t.Run(arg, func(t *testing.T) {
@@ -98,7 +96,7 @@ func TestIDForms(t *testing.T) {
 func TestListBySeverity(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	healthy, failing, shortOpen, longOpen := newID(t), newID(t), newID(t), newID(t)
+	healthy, failing, shortOpen, longOpen := servertest.NewID(), servertest.NewID(), servertest.NewID(), servertest.NewID()
 	s.report(t, healthy, "healthy", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
 	s.report(t, failing, "failing", cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 503, 0)
 	s.report(t, shortOpen, "short-open", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, 30*time.Second)
@@ -138,7 +136,7 @@ func TestListBySeverity(t *testing.T) {
 func TestDurationHints(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	id := hex.EncodeToString(newID(t))
+	id := hex.EncodeToString(servertest.NewID())
 	tests := []struct {
 		args []string
 		want string
@@ -172,7 +170,7 @@ func TestVersionCommand(t *testing.T) {
 func TestOperatorCLI(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	acme, globex := newID(t), newID(t)
+	acme, globex := servertest.NewID(), servertest.NewID()
 	s.report(t, acme, "acme-conn", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, time.Minute)
 	g := cooldownv1connect.NewCooldownServiceClient(&http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: servertest.OtherToken}}, s.url)
 	_, err := g.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
@@ -232,7 +230,7 @@ func TestOperatorCLI(t *testing.T) {
 func TestGetShowsPolicy(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
-	id := newID(t)
+	id := servertest.NewID()
 	s.report(t, id, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
 	r := s.ctl(t, viewer(), "get", hex.EncodeToString(id))
 	require.NoError(t, r.err, r.stderr)

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"crypto/rand"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -131,11 +130,7 @@ func (e *env) withToken(tok string) *http.Client {
 }
 
 // newID returns a fresh random connection id.
-func newID() []byte {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return b
-}
+func newID() []byte { return servertest.NewID() }
 
 func conn(id []byte) *cooldownv1.Connection { return &cooldownv1.Connection{Id: id} }
 

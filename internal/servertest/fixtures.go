@@ -1,6 +1,7 @@
 package servertest
 
 import (
+	"crypto/rand"
 	"net/http"
 	"testing"
 	"time"
@@ -40,6 +41,13 @@ func Tokens(tb testing.TB) *auth.Table {
 		tb.Fatalf("servertest: parse the test tokens: %v", err)
 	}
 	return tab
+}
+
+// NewID returns a fresh random 32-byte connection id.
+func NewID() []byte {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand, Go 1.24+)
+	return b
 }
 
 // Bearer returns a transport over base (nil: http.DefaultTransport) that
