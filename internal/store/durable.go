@@ -43,20 +43,18 @@ func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Repo
 	if s.durable.Replicas <= 0 || !mayOpen(rep) {
 		return s.rdb, func() {}
 	}
-	var node *redis.Client
-	switch c := s.rdb.(type) {
-	case *redis.Client: // single, and Sentinel (a failover client)
-		node = c
-	case *redis.ClusterClient:
-		m, err := c.MasterForKey(ctx, l.State())
+	node, ok := s.rdb.(connClient) // single, and Sentinel (a failover client)
+	if s.cluster != nil {
+		m, err := s.cluster.MasterForKey(ctx, l.State())
 		if err != nil {
 			// The cluster's layout is unknown: the script will most likely
 			// fail too; if it does not, this report is not waited for.
 			slog.Warn("store: no master for a durable report; it is not waited for", "err", err)
 			return s.rdb, func() {}
 		}
-		node = m
-	default:
+		node, ok = m, true
+	}
+	if !ok {
 		return s.rdb, func() {}
 	}
 	conn := node.Conn()

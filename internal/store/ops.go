@@ -106,7 +106,7 @@ type admitted struct {
 // oneScript reports whether one script can admit all of cands: always
 // but on a Cluster, where only keys of one hash slot can.
 func (s *Store) oneScript(cands []Conn) bool {
-	if _, ok := s.rdb.(*redis.ClusterClient); !ok || len(cands) == 1 {
+	if s.cluster == nil || len(cands) == 1 {
 		return true
 	}
 	slot := hashSlot(cands[0].layout().State())

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
@@ -68,7 +67,8 @@ type Options struct {
 
 // Store is cooldownd's Redis state. It is safe for concurrent use.
 type Store struct {
-	rdb       redis.UniversalClient
+	rdb       RedisClient
+	cluster   clusterClient // rdb as a Cluster client; nil on one master (see RedisClient)
 	locks     *redislock.Client
 	policy    breaker.Policy
 	policyFor func(tenant, label string) breaker.Policy
@@ -85,10 +85,13 @@ type Store struct {
 	hub                  hub        // shared watch subscriptions, one per tenant
 }
 
-// New returns a Store on rdb (a single, Sentinel-failover or Cluster
-// client). It validates the policy.
-func New(rdb redis.UniversalClient, o Options) (*Store, error) {
-	s := &Store{rdb: rdb, locks: redislock.New(rdb), policy: breaker.DefaultPolicy(), policyFor: o.PolicyFor,
+// New returns a Store on rdb: a *redis.Client (single, or a Sentinel
+// failover client), a *redis.ClusterClient, or anything else with the
+// [RedisClient] commands. It validates the policy, and that a client given
+// Options.Durability can hold a connection for WAIT (see [RedisClient]).
+func New(rdb RedisClient, o Options) (*Store, error) {
+	cluster, _ := rdb.(clusterClient)
+	s := &Store{rdb: rdb, cluster: cluster, locks: redislock.New(rdb), policy: breaker.DefaultPolicy(), policyFor: o.PolicyFor,
 		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter, maxConns: o.MaxConnsPerTenant,
 		sweepEvery: o.SweepInterval, sweepTTL: o.SweepLockTTL, durable: o.Durability}
 	if o.Policy != nil {
@@ -108,6 +111,9 @@ func New(rdb redis.UniversalClient, o Options) (*Store, error) {
 	}
 	if s.sweepTTL <= 0 {
 		s.sweepTTL = DefaultSweepLockTTL
+	}
+	if _, ok := rdb.(connClient); s.durable.Replicas > 0 && cluster == nil && !ok {
+		return nil, fmt.Errorf("store: durability waits on a connection of the client's own (a *redis.Client's Conn, or a *redis.ClusterClient's MasterForKey), which %T has not", rdb)
 	}
 	if s.sweepTTL <= s.sweepEvery {
 		return nil, fmt.Errorf("store: sweep lock TTL (%s) must exceed the sweep interval (%s)", s.sweepTTL, s.sweepEvery)
