@@ -261,15 +261,15 @@ func (s cooldownService) listScope(ctx context.Context, sc scope, from pageToken
 		if t == from.tenant {
 			after = from.after
 		}
-		snaps, more, err := s.listPage(ctx, t, after, size-len(out))
+		snaps, more, err := s.store.List(ctx, t, after, size-len(out))
 		if err != nil {
 			return nil, pageToken{}, err
 		}
 		out = append(out, snaps...)
 		switch {
-		case more && len(snaps) > 0:
+		case more:
 			// A page of the store may come back short (expired entries
-			// pruned): continue after its last entry next time.
+			// pruned), never empty: continue after its last entry.
 			return out, pageToken{tenant: t, after: snaps[len(snaps)-1].ID.String(), set: true}, nil
 		case len(out) == size && i < len(tenants)-1:
 			return out, pageToken{tenant: t, after: out[len(out)-1].ID.String(), set: true}, nil
@@ -381,7 +381,7 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 func (s cooldownService) eachConnection(ctx context.Context, tenant string, f func(store.Snapshot) error) error {
 	after := ""
 	for {
-		snaps, more, err := s.listPage(ctx, tenant, after, MaxPageSize)
+		snaps, more, err := s.store.List(ctx, tenant, after, MaxPageSize)
 		if err != nil {
 			return s.storeError(ctx, "list", err)
 		}
@@ -390,7 +390,7 @@ func (s cooldownService) eachConnection(ctx context.Context, tenant string, f fu
 				return err
 			}
 		}
-		if !more || len(snaps) == 0 {
+		if !more {
 			return nil
 		}
 		after = snaps[len(snaps)-1].ID.String()
@@ -462,25 +462,6 @@ func (w *watchFeeds) joinNew() ([]string, error) {
 		fresh = append(fresh, t)
 	}
 	return fresh, nil
-}
-
-// maxPrunedPages bounds how many consecutive pages of expired index entries
-// one listPage call reads past.
-const maxPrunedPages = 100
-
-// listPage is store.List that reads past pages whose entries had all
-// expired: List prunes those from the index and returns none of them with
-// more=true, which would otherwise end the listing early (there is no
-// last id to continue after). Each retry starts from the same place, and
-// the pruned entries are gone, so every retry makes progress.
-func (s cooldownService) listPage(ctx context.Context, tenant, after string, size int) ([]store.Snapshot, bool, error) {
-	for range maxPrunedPages {
-		snaps, more, err := s.store.List(ctx, tenant, after, size)
-		if err != nil || len(snaps) > 0 || !more {
-			return snaps, more, err
-		}
-	}
-	return nil, false, connect.NewError(connect.CodeUnavailable, errors.New("too many expired connections to skip in one page; retry"))
 }
 
 // openWatch counts a watch stream against the per-tenant and per-replica

@@ -378,7 +378,6 @@ func (c *connCollector) list(tenants []string) []prometheus.Metric {
 	defer cancel()
 	out := []prometheus.Metric{}
 	budget := maxMetricConnections
-	svc := cooldownService{c.s}
 	for _, tenant := range tenants {
 		states := map[breaker.Phase]int{breaker.Closed: 0, breaker.Open: 0, breaker.HalfOpen: 0}
 		causes := map[breaker.Cause]int{}
@@ -388,7 +387,7 @@ func (c *connCollector) list(tenants []string) []prometheus.Metric {
 				truncated = true
 				break
 			}
-			snaps, more, err := svc.listPage(ctx, tenant, after, min(MaxPageSize, budget))
+			snaps, more, err := c.s.store.List(ctx, tenant, after, min(MaxPageSize, budget))
 			if err != nil {
 				failed = true
 				break
@@ -404,7 +403,7 @@ func (c *connCollector) list(tenants []string) []prometheus.Metric {
 				}
 			}
 			budget -= len(snaps)
-			if !more || len(snaps) == 0 {
+			if !more {
 				break
 			}
 			after = snaps[len(snaps)-1].ID.String()

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -9,12 +10,37 @@ import (
 	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
-// List returns up to limit of a tenant's connections with ids after the
-// given one (zero ID: from the start), ordered by id, and whether more
-// follow. It reads the tenant's index (never SCAN) and forgets index
-// entries whose connection has expired (see forget in tenant.lua: never
-// one whose create is on its way).
+// maxPrunedPages bounds how many pages in a row whose index entries had all
+// expired one [Store.List] reads past.
+const maxPrunedPages = 100
+
+// List returns up to limit (at least 1) of a tenant's connections with ids
+// after the given one (empty: from the start), ordered by id, and whether
+// more follow; when more do, the page holds at least one connection, so
+// the next page starts after its last id. It reads the tenant's index
+// (never SCAN) and forgets index entries whose connection has expired (see
+// forget in tenant.lua: never one whose create is on its way). A page
+// whose entries had all expired is read past: its entries are forgotten,
+// so the next read from the same place makes progress. After
+// maxPrunedPages such pages in a row (tens of thousands of expired
+// connections the sweeper has not caught up with) it fails with
+// [ErrUnavailable]: a retry goes on where it stopped.
 func (s *Store) List(ctx context.Context, tenant string, after string, limit int) ([]Snapshot, bool, error) {
+	if limit < 1 {
+		return nil, false, fmt.Errorf("store: list limit %d, want at least 1", limit)
+	}
+	for range maxPrunedPages {
+		snaps, more, err := s.readPage(ctx, tenant, after, limit)
+		if err != nil || len(snaps) > 0 || !more {
+			return snaps, more, err
+		}
+	}
+	return nil, false, fmt.Errorf("%w: list: more than %d pages of expired connections in a row; retry", ErrUnavailable, maxPrunedPages)
+}
+
+// readPage is one page of List: the entries it read that had expired are
+// forgotten and left out, so it may come back short, or empty with more.
+func (s *Store) readPage(ctx context.Context, tenant string, after string, limit int) ([]Snapshot, bool, error) {
 	idx := keys.Index(tenant)
 	lo := "-"
 	if after != "" {
