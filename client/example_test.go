@@ -85,9 +85,8 @@ func ExampleClient_Do() {
 		return
 	}
 	defer e.close()
-	c, conn, openai := e.client, e.conn, e.provider
-	resp, err := c.Do(context.Background(), conn, func(ctx context.Context) (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, openai.URL+"/chat/completions",
+	resp, err := e.client.Do(context.Background(), e.conn, func(ctx context.Context) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.provider.URL+"/chat/completions",
 			strings.NewReader(`{"model":"gpt-4o"}`))
 		if err != nil {
 			return nil, err
@@ -159,9 +158,8 @@ func ExampleClient_RoundTripper() {
 		return
 	}
 	defer e.close()
-	c, conn, provider := e.client, e.conn, e.provider
-	hc := &http.Client{Transport: c.RoundTripper(conn, nil)}
-	resp, err := hc.Post(provider.URL+"/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o"}`))
+	hc := &http.Client{Transport: e.client.RoundTripper(e.conn, nil)}
+	resp, err := hc.Post(e.provider.URL+"/chat/completions", "application/json", strings.NewReader(`{"model":"gpt-4o"}`))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -89,24 +89,12 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 // sends no deadline and Redis never answers.
 func TestUnaryRequestTimeout(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() })
-		}
-	}()
-	rdb := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
+	rdb := redis.NewClient(&redis.Options{Addr: servertest.Silent(t), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, WriteTimeout: time.Minute})
 	t.Cleanup(func() { _ = rdb.Close() })
 	hs := timeoutServer(t, rdb, server.Options{RequestTimeout: 200 * time.Millisecond})
 	c := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL)
 	began := time.Now()
-	_, err = c.Admit(context.Background(), admitReq(newID()))
+	_, err := c.Admit(context.Background(), admitReq(newID()))
 	requireCode(t, err, connect.CodeDeadlineExceeded)
 	assert.Less(t, time.Since(began), bound)
 }

@@ -2,7 +2,9 @@ package servertest
 
 import (
 	"crypto/rand"
+	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,4 +83,40 @@ func FastPolicy() breaker.Policy {
 		RateLimitDefault: 50 * time.Millisecond, OverloadFloor: 200 * time.Millisecond,
 		QuotaBlock: 1500 * time.Millisecond, AuthBlock: time.Second, MaxProbes: 1, LeaseTTL: 300 * time.Millisecond,
 	}
+}
+
+// Silent returns the address of a loopback listener that accepts
+// connections and never answers (a Redis or a peer that hangs); the
+// listener and its connections close at cleanup.
+func Silent(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("servertest: listen: %v", err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
 }

@@ -3,6 +3,7 @@ package servertest_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -240,4 +241,19 @@ func TestSleep(t *testing.T) {
 	err := servertest.Sleep(ctx, time.Hour)
 	assert.True(t, errors.Is(err, context.Canceled), "a done context ends the sleep: %v", err)
 	assert.NoError(t, servertest.Sleep(t.Context(), time.Millisecond))
+}
+
+// TestSilent: the address accepts a connection and answers nothing.
+func TestSilent(t *testing.T) {
+	t.Parallel()
+	c, err := net.Dial("tcp", servertest.Silent(t))
+	require.NoError(t, err)
+	defer func() { _ = c.Close() }()
+	_, err = c.Write([]byte("PING\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	require.ErrorAs(t, err, &ne)
+	assert.True(t, ne.Timeout(), "no answer: %v", err)
 }
