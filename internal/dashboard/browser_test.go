@@ -146,6 +146,13 @@ func text(sel string) string {
 	return `((document.querySelector('` + sel + `') || {}).textContent || '')`
 }
 
+// openRow clicks a row (in the page: rows move as their severity changes,
+// so a click at coordinates could land on another row).
+func openRow(t *testing.T, ctx context.Context, id []byte) {
+	t.Helper()
+	eval[bool](t, ctx, `(document.querySelector('`+rowSel(id)+` .c-label').click(), true)`)
+}
+
 // widths are the layouts the dashboard is tested at: a phone and a desktop.
 var widths = []int64{390, 1440}
 
@@ -277,7 +284,7 @@ func dashboardAt(t *testing.T, width int64) {
 
 	// The detail view: why, the effective policy, the timeline this page
 	// built, and the actions; ids fit on a line at any width.
-	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(breaker)+` .c-label`)))
+	openRow(t, ctx, breaker)
 	waitFor(t, ctx, "the detail view with its policy", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('5 consecutive failures')`)
 	assert.Contains(t, eval[string](t, ctx, text(`#detail-why`)), "Open: 5 consecutive failures")
 	pol := eval[string](t, ctx, `document.getElementById('detail-policy').innerText`)
@@ -315,7 +322,7 @@ func dashboardAt(t *testing.T, width int64) {
 	eval[int](t, ctx, `(window.__ticks = 0, window.__tickTimer = setInterval(() => window.__ticks++, 100), 0)`)
 	waitFor(t, ctx, "the page's clock runs on", `window.__ticks >= 12`)
 	assert.Equal(t, frozen, eval[string](t, ctx, left), "the countdown stopped")
-	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(target)+` .c-label`)))
+	openRow(t, ctx, target)
 	waitFor(t, ctx, "the detail view opens offline", `document.getElementById('detail').open && document.querySelectorAll('#detail-actions button').length >= 3`)
 	assert.True(t, eval[bool](t, ctx, `[...document.querySelectorAll('#detail-actions button')].every(b => b.disabled)`), "actions disabled")
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
@@ -331,7 +338,7 @@ func dashboardAt(t *testing.T, width int64) {
 	require.NoError(t, os.WriteFile(filepath.Join(t.TempDir(), "dashboard.png"), shot, 0o600))
 	if dir := os.Getenv("DASHBOARD_SCREENSHOTS"); dir != "" { // to look at both layouts
 		require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("dashboard-%d.png", width)), shot, 0o644))
-		act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(breaker)+` .c-label`)))
+		openRow(t, ctx, breaker)
 		waitFor(t, ctx, "the detail view for the screenshot", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('consecutive')`)
 		detail, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
 		require.NoError(t, err)
@@ -345,7 +352,7 @@ func dashboardAt(t *testing.T, width int64) {
 	}
 
 	// Reset as admin, from the detail view, through the confirmation.
-	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(target)+` .c-label`)))
+	openRow(t, ctx, target)
 	waitFor(t, ctx, "the detail view opens", `document.getElementById('detail').open && !!document.querySelector('#detail-actions button[data-action="reset"]:not([disabled])')`)
 	act(t, ctx, chromedp.Click(chromedp.CSS(`#detail-actions button[data-action="reset"]`)))
 	waitFor(t, ctx, "the confirmation opens", `document.getElementById('confirm').open`)
@@ -399,7 +406,7 @@ func dashboardAt(t *testing.T, width int64) {
 	waitFor(t, ctx, "the viewer's table", fmt.Sprintf(`document.querySelectorAll('#rows tr').length === %d && !!document.querySelector('.chip.role-viewer')`, rows+1))
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('[data-action]').length`), "no admin buttons for a viewer")
 	assert.False(t, eval[bool](t, ctx, `document.body.classList.contains('is-admin')`))
-	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(target)+` .c-label`)))
+	openRow(t, ctx, target)
 	waitFor(t, ctx, "the viewer's detail view", `document.getElementById('detail').open && document.querySelectorAll('#detail-history tr').length >= 2`)
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('[data-action]').length`), "no admin buttons in the detail view")
 }
@@ -425,7 +432,7 @@ func TestDashboardEmptyState(t *testing.T) {
 	waitFor(t, ctx, "the first row", rowState(id)+` === 'open'`)
 	assert.True(t, eval[bool](t, ctx, `document.getElementById('empty').hidden`))
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('`+rowSel(id)+` [data-action]').length`), "actions are in the detail view")
-	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(id)+` .c-label`)))
+	openRow(t, ctx, id)
 	waitFor(t, ctx, "the admin's actions in the detail view", `document.querySelectorAll('#detail-actions [data-action]').length === 3`)
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
 	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
@@ -472,7 +479,7 @@ func TestDashboardOperator(t *testing.T) {
 	assert.NotEqual(t, "none", eval[string](t, ctx, `getComputedStyle(document.querySelector('th.c-tenant')).display`), "the tenant column is shown")
 	assert.Equal(t, hex.EncodeToString(beta), eval[string](t, ctx, `document.querySelector('#rows tr').dataset.id`), "a rejected credential first")
 	waitFor(t, ctx, "the auth row explains itself", text(rowSel(beta)+` .c-why .why-text`)+` === 'credential rejected from a 401: blocked 5m'`)
-	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(beta)+` .c-label`)))
+	openRow(t, ctx, beta)
 	waitFor(t, ctx, "the beta row's detail, read from its tenant", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('Auth block') && document.querySelectorAll('#detail-history tr').length >= 1 && !document.getElementById('detail-history').textContent.includes('Loading')`)
 	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fields').innerText`), "beta")
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('[data-action]').length`), "an operator reads; it does not override")

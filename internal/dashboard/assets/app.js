@@ -58,6 +58,7 @@
     policyQueue: [],
     policyFetching: 0,
     ticks: 0,
+    hover: false, // the pointer is over the rows: their order holds
   };
 
   // ---- small helpers -------------------------------------------------------
@@ -571,8 +572,12 @@
       if (!r.el) buildRow(r);
       if (r.dirty) fillRow(r);
     }
-    const want = shown.map((r) => r.el);
+    let want = shown.map((r) => r.el);
     const have = [...body.children];
+    // While the pointer is over the rows, keep their order (cells still
+    // update): a row must not move away under a click. New and gone rows
+    // still show at once.
+    if (state.hover && want.length === have.length && want.every((e) => e.parentNode === body)) want = have;
     if (want.length !== have.length || want.some((e, i) => e !== have[i])) {
       const focused = document.activeElement;
       body.replaceChildren(...want);
@@ -1196,6 +1201,11 @@
     }
 
     const rows = $('rows');
+    rows.addEventListener('mouseenter', () => { state.hover = true; });
+    rows.addEventListener('mouseleave', () => {
+      state.hover = false;
+      scheduleRender();
+    });
     rows.addEventListener('click', (e) => {
       const tr = e.target.closest('tr[data-key]');
       if (tr) openDetail(tr.dataset.key);
