@@ -126,16 +126,17 @@ type Server struct {
 	Addr string
 	// Store is the server's store; it outlives Stop and Restart.
 	Store *store.Store
-	// Mini is the miniredis under the store (nil with [WithRedis]).
+	// Mini is the miniredis under the store (nil with [WithRedis] or
+	// [WithStore]).
 	Mini *miniredis.Miniredis
 
-	o        options
-	rdb      redis.UniversalClient // owned: closed by Close
-	errLog   logtest.Buffer
-	calls    atomic.Int64
-	intercep atomic.Pointer[Interceptor]
-	wireMu   sync.Mutex
-	wire     bytes.Buffer
+	o         options
+	rdb       redis.UniversalClient // owned: closed by Close
+	errLog    logtest.Buffer
+	calls     atomic.Int64
+	intercept atomic.Pointer[Interceptor]
+	wireMu    sync.Mutex
+	wire      bytes.Buffer
 
 	mu   sync.Mutex
 	srv  *server.Server
@@ -251,7 +252,7 @@ func (s *Server) handler(h http.Handler) http.Handler {
 			s.record(r)
 		}
 		s.calls.Add(1)
-		if f := s.intercep.Load(); f != nil && (*f)(w, r) {
+		if f := s.intercept.Load(); f != nil && (*f)(w, r) {
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -279,10 +280,10 @@ func (s *Server) record(r *http.Request) {
 // SetIntercept sets (nil: clears) the request interceptor.
 func (s *Server) SetIntercept(f Interceptor) {
 	if f == nil {
-		s.intercep.Store(nil)
+		s.intercept.Store(nil)
 		return
 	}
-	s.intercep.Store(&f)
+	s.intercept.Store(&f)
 }
 
 // Calls is how many requests reached the server (intercepted ones too).
@@ -328,9 +329,11 @@ func (s *Server) Stop() {
 	hs.Close()
 }
 
-// Restart serves a new server.Server on the same address and store,
-// waiting (up to 5 s) for the old socket to let go.
+// Restart stops the server if it runs, then serves a new server.Server on
+// the same address and store, waiting (up to 5 s) for the old socket to
+// let go.
 func (s *Server) Restart(ctx context.Context) error {
+	s.Stop()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {

@@ -20,6 +20,9 @@ import (
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
+// t0 is the Redis clock of the tests that read a breaker's open period.
+var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
 // h2c is a client that speaks unencrypted HTTP/2 only (prior knowledge).
 func h2c() *http.Client {
 	var p http.Protocols
@@ -90,6 +93,7 @@ func TestPolicy(t *testing.T) {
 			t.Parallel()
 			require.NoError(t, tt.policy.Validate())
 			s := servertest.Start(t, servertest.WithPolicy(tt.policy))
+			s.Mini.SetTime(t0) // Redis TIME stands still: the breaker stays open
 			c := cooldownv1connect.NewCooldownServiceClient(http1(), s.URL)
 			id := make([]byte, 32)
 			rep := rateLimit(t, c, id)
@@ -143,6 +147,7 @@ func TestTokens(t *testing.T) {
 func TestRestart(t *testing.T) {
 	t.Parallel()
 	s := servertest.Start(t, servertest.WithPolicy(servertest.FastPolicy()))
+	s.Mini.SetTime(t0) // Redis TIME stands still: the breaker stays open
 	c := cooldownv1connect.NewCooldownServiceClient(http1(), s.URL)
 	id := make([]byte, 32)
 	id[0] = 7
@@ -160,12 +165,18 @@ func TestRestart(t *testing.T) {
 	got, err := c.GetConnection(t.Context(), connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id}))
 	require.NoError(t, err)
 	assert.Equal(t, cooldownv1.State_STATE_OPEN, got.Msg.GetConnection().GetState(), "the store outlived the restart")
+
+	require.NoError(t, s.Restart(t.Context()), "a running server restarts too")
+	c = cooldownv1connect.NewCooldownServiceClient(http1(), s.URL) // the old connection was cut
+	_, err = c.GetConnection(t.Context(), connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id}))
+	assert.NoError(t, err)
 }
 
 // TestReplica: WithStore serves another server's store.
 func TestReplica(t *testing.T) {
 	t.Parallel()
 	a := servertest.Start(t, servertest.WithPolicy(servertest.FastPolicy()))
+	a.Mini.SetTime(t0) // Redis TIME stands still: the breaker stays open
 	b := servertest.Start(t, servertest.WithStore(a.Store))
 	require.NotEqual(t, a.Addr, b.Addr)
 	id := make([]byte, 32)
