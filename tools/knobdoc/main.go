@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -238,9 +239,13 @@ func Schema(old []byte) ([]byte, error) {
 	return root.encode(), nil
 }
 
-// Table is the README's policy table (Markdown).
+// Table is the README's policy table (Markdown), with its lead.
 func Table() string {
 	var b strings.Builder
+	b.WriteString("The policy knobs: each is a flag with its `COOLDOWND_*` variable, a key of the policy file\n" +
+		"(`--policy-file`, per tenant and label pattern: [docs/policies.md](docs/policies.md)) and a value of\n" +
+		"the chart. Durations are Go durations in whole milliseconds; the range is each knob's own, the\n" +
+		"meaning says the rules between knobs.\n\n")
 	b.WriteString("| flag (env `COOLDOWND_<FLAG>`) | policy file key | chart value | default | range | meaning |\n")
 	b.WriteString("| --- | --- | --- | --- | --- | --- |\n")
 	def := breaker.DefaultPolicy()
@@ -250,9 +255,21 @@ func Table() string {
 			meaning += "; per tenant, not per label rule"
 		}
 		fmt.Fprintf(&b, "| `%s` | `%s` | `policy.%s` | `%s` | `%s` | %s |\n",
-			k.Flag(), k.Key(), ValueName(k), k.String(k.Get(def)), k.Bounds(), strings.ReplaceAll(meaning, "|", `\|`))
+			k.Flag(), k.Key(), ValueName(k), short(k.String(k.Get(def))), short(k.Bounds()), strings.ReplaceAll(meaning, "|", `\|`))
 	}
 	return b.String()
+}
+
+// zeroSeconds and zeroMinutes are the zero units time.Duration.String writes after a
+// larger one (1h0m0s): short drops them, so the README reads 1h, 5m.
+var (
+	zeroSeconds = regexp.MustCompile(`m0s\b`)
+	zeroMinutes = regexp.MustCompile(`h0m\b`)
+)
+
+// short writes the durations in s without their zero units.
+func short(s string) string {
+	return zeroMinutes.ReplaceAllString(zeroSeconds.ReplaceAllString(s, "m"), "h")
 }
 
 // Readme replaces the README's policy table between its markers.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -201,12 +202,13 @@ func TestReadme(t *testing.T) {
 	assert.Equal(t, string(out), string(again))
 
 	table := Table()
-	lines := strings.Split(strings.TrimSuffix(table, "\n"), "\n")
-	require.Len(t, lines, 2+len(breaker.Knobs()), "a header, a rule and a row per knob")
+	lines := strings.Split(strings.TrimSuffix(table[strings.Index(table, "\n| "):], "\n"), "\n")[1:]
+	require.Len(t, lines, 2+len(breaker.Knobs()), "after the lead, a header, a rule and a row per knob")
+	assert.True(t, strings.HasPrefix(lines[1], "| --- |"))
 	def := breaker.DefaultPolicy()
 	for i, k := range breaker.Knobs() {
 		row := lines[2+i]
-		for _, cell := range []string{"`" + k.Flag() + "`", "`" + k.Key() + "`", "`policy." + ValueName(k) + "`", "`" + k.String(k.Get(def)) + "`", "`" + k.Bounds() + "`", k.Doc} {
+		for _, cell := range []string{"`" + k.Flag() + "`", "`" + k.Key() + "`", "`policy." + ValueName(k) + "`", "`" + short(k.String(k.Get(def))) + "`", "`" + short(k.Bounds()) + "`", k.Doc} {
 			assert.Contains(t, row, cell, k.Name)
 		}
 		assert.Equal(t, strings.Count(lines[0], "|"), strings.Count(row, "|")-strings.Count(row, `\|`), "one cell per column")
@@ -220,6 +222,21 @@ func TestReadme(t *testing.T) {
 	} {
 		_, err := Readme([]byte(doc))
 		assert.Error(t, err, name)
+	}
+}
+
+func TestShort(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"1m0s": "1m", "1h0m0s": "1h", "168h0m0s": "168h", "1h30m0s": "1h30m", "1h0m30s": "1h0m30s",
+		"0s": "0s", "10s": "10s", "1.5s": "1.5s", "1m30s": "1m30s", "[0s, 168h0m0s]": "[0s, 168h]", "[0, 100000]": "[0, 100000]",
+	} {
+		assert.Equal(t, want, short(in), in)
+		if d, err := time.ParseDuration(in); err == nil {
+			back, err := time.ParseDuration(short(in))
+			require.NoError(t, err)
+			assert.Equal(t, d, back, "%s means what %s means", short(in), in)
+		}
 	}
 }
 
