@@ -3,7 +3,6 @@ package charttest
 import (
 	"bytes"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -450,12 +449,4 @@ func keysOf[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func fmtMap(m map[string]string) string {
-	var b strings.Builder
-	for _, k := range keysOf(m) {
-		fmt.Fprintf(&b, "%s=%s ", k, m[k])
-	}
-	return b.String()
 }
