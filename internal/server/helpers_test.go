@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cooldownd/cooldownd/internal/logtest"
-
 	"connectrpc.com/connect"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -187,5 +185,3 @@ func (e *env) get(t *testing.T, path string) (int, string) {
 	require.NoError(t, err)
 	return res.StatusCode, b.String()
 }
-
-type syncBuffer = logtest.Buffer
