@@ -259,6 +259,7 @@
     if (old) {
       old.seen = state.gen;
       const newLife = m.rev < old.m.rev && m.changed > old.m.changed && m.updated >= old.m.updated;
+      if (tr && m.rev === old.m.rev) annotate(old, m.rev, tr);
       if (!newLife && (m.rev < old.m.rev || (m.rev === old.m.rev && m.updated < old.m.updated))) return;
       observe(old, old.m, m, tr);
       old.m = m;
@@ -289,7 +290,7 @@
     if (b.rev !== a.rev) {
       if (b.state !== a.state || b.cause !== a.cause || b.override !== a.override) {
         pushEvent(row, {
-          t: b.changed || now, kind: 'transition', from: a.state, to: b.state, cause: b.cause,
+          t: b.changed || now, kind: 'transition', rev: b.rev, from: a.state, to: b.state, cause: b.cause,
           actor: (tr && tr.actor) || '', reason: (tr && tr.reason) || '', status: b.status, outcome: b.outcome,
         });
       }
@@ -302,6 +303,22 @@
     }
     const ok = b.ok - a.ok, fail = b.fail - a.fail;
     if (ok > 0 || fail > 0) pushEvent(row, { t: b.updated || now, kind: 'counts', ok: Math.max(ok, 0), fail: Math.max(fail, 0), outcome: b.outcome, status: b.status });
+  }
+
+  // annotate adds the stream's actor and reason to a transition the page
+  // already recorded from another answer (an override's own response comes
+  // back before its event).
+  function annotate(row, rev, tr) {
+    for (let i = row.events.length - 1; i >= 0; i--) {
+      const ev = row.events[i];
+      if (ev.kind !== 'transition' || ev.rev !== rev) continue;
+      if (!ev.actor && tr.actor) {
+        ev.actor = tr.actor;
+        ev.reason = tr.reason || '';
+        if (state.detailId === row.m.key) scheduleDetail();
+      }
+      return;
+    }
   }
 
   // ---- why: the explanation of a row ---------------------------------------
