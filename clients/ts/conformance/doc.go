@@ -1,5 +1,5 @@
 // Package conformance runs the Go client against the fixtures it shares
-// with the TypeScript client (clients/ts/testdata), so that the two
+// with the TypeScript client (testdata/ at the repository root), so that the two
 // clients cannot drift: the same classification cases pass in both test
 // suites.
 package conformance
