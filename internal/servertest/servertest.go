@@ -58,7 +58,7 @@ type options struct {
 	policy     *breaker.Policy
 	auth       server.Authenticator
 	protocol   Protocol
-	rdb        redis.UniversalClient
+	rdb        store.RedisClient
 	store      *store.Store
 	redisOpts  func(*redis.Options)
 	storeOpts  func(*store.Options)
@@ -84,7 +84,7 @@ func WithProtocol(p Protocol) Option { return func(o *options) { o.protocol = p 
 // WithRedis runs the store on rdb (a real Redis, a Cluster, a proxy)
 // instead of a new miniredis; [Server.Mini] is then nil. The caller owns
 // rdb.
-func WithRedis(rdb redis.UniversalClient) Option { return func(o *options) { o.rdb = rdb } }
+func WithRedis(rdb store.RedisClient) Option { return func(o *options) { o.rdb = rdb } }
 
 // WithStore serves st (a replica of another test server: pass its Store)
 // instead of a new store; the policy, Redis and store options are then
@@ -131,7 +131,7 @@ type Server struct {
 	Mini *miniredis.Miniredis
 
 	o         options
-	rdb       redis.UniversalClient // owned: closed by Close
+	rdb       *redis.Client // owned (the miniredis client): closed by Close
 	errLog    logtest.Buffer
 	calls     atomic.Int64
 	intercept atomic.Pointer[Interceptor]
