@@ -108,7 +108,7 @@ func TestImportDirections(t *testing.T) {
 			require.NoError(t, err)
 		}
 		for _, r := range importRules {
-			if !strings.HasPrefix(p.ImportPath, r.pkg) {
+			if !within(p.ImportPath, r.pkg) {
 				continue
 			}
 			seen++
@@ -142,5 +142,30 @@ func TestNothingImportsCmdOrTest(t *testing.T) {
 				t.Errorf("%s imports %s", fields[0], imp)
 			}
 		}
+	}
+}
+
+// within reports whether the package at path is pkg or below it
+// (internal/servertest is not below internal/server). A rule ending in
+// "/" covers what is below it only.
+func within(path, pkg string) bool {
+	base := strings.TrimSuffix(pkg, "/")
+	return path == base && base == pkg || strings.HasPrefix(path, base+"/")
+}
+
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		path, pkg string
+		want      bool
+	}{
+		{module + "/internal/server", module + "/internal/server", true},
+		{module + "/internal/server/x", module + "/internal/server", true},
+		{module + "/internal/servertest", module + "/internal/server", false},
+		{module + "/clients/ts/conformance", module + "/client", false},
+		{module + "/api/v1/gen", module + "/api/", true},
+		{module + "/api", module + "/api/", false},
+	} {
+		assert.Equal(t, tt.want, within(tt.path, tt.pkg), "%s in %s", tt.path, tt.pkg)
 	}
 }
