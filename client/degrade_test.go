@@ -56,7 +56,7 @@ func TestOneSlowCallStaysWithTheFleet(t *testing.T) {
 		return false
 	})
 	prov := newProvider(t)
-	c := newClient(t, cd.URL, WithAdmitTimeout(time.Second)) // the others answer well within it, even loaded
+	c := newClient(t, cd.URL, WithAdmitTimeout(3*time.Second)) // the others answer well within it, even loaded
 	cn := conn(t, c, prov.URL, "key-slow", "")
 	const workers, calls = 10, 20
 	var wg sync.WaitGroup
@@ -71,12 +71,18 @@ func TestOneSlowCallStaysWithTheFleet(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	require.NoError(t, c.Flush(t.Context()))
 	st := c.Stats()
 	assert.Equal(t, uint64(1), st.LocalDecisions, "only the slow call is decided in-process")
 	assert.Zero(t, st.Degradations)
 	assert.False(t, c.Degraded())
 	assert.Equal(t, int64(workers*calls), admits.Load())
-	assert.Equal(t, int64(workers*calls-1), reports.Load(), "every call the server admitted is reported to it")
+	// Every call the server admitted is reported to it: once, or — a
+	// report whose answer came too late on a loaded machine — once more
+	// from the queue.
+	assert.Equal(t, st.Reports.Queued, st.Reports.Delivered, "the queue delivered what it queued")
+	assert.GreaterOrEqual(t, reports.Load(), int64(workers*calls-1), "every call the server admitted is reported to it")
+	assert.LessOrEqual(t, reports.Load(), int64(workers*calls-1)+int64(st.Reports.Queued))
 }
 
 // TestGrantedProbeSettledAfterOutage reproduces the stranded lease of
