@@ -40,15 +40,19 @@ stress: preflight
 	go test -race -count=$(STRESS_COUNT) -timeout 30m ./client/...
 	go test -tags integration -race -count=$$(( ($(STRESS_COUNT) + 3) / 4 )) -timeout 30m ./test/...
 
-## generate: regenerate the Go and Connect code (and clients/ts/src/gen) from api/v1/*.proto.
+# GENERATED are the checked-in files (and directories) make generate writes.
+GENERATED := api/ clients/ts/src/gen/ deploy/helm/cooldownd/values.schema.json README.md
+## generate: regenerate the Go and Connect code (and clients/ts/src/gen) from api/v1/*.proto, and the
+## policy knobs of internal/breaker/knobs.go into the chart's values.schema.json and the README's table.
 generate: ts-deps
 	$(BUF) format -w
 	$(BUF) generate
+	go run ./tools/knobdoc
 
 ## check-generate: fail when the checked-in generated code is stale.
 check-generate: generate
-	git diff --exit-code -- api/ clients/ts/src/gen/
-	@test -z "$$(git status --porcelain -- api/ clients/ts/src/gen/)" || (git status --porcelain -- api/ clients/ts/src/gen/; echo "generated code is stale: run make generate"; exit 1)
+	git diff --exit-code -- $(GENERATED)
+	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code is stale: run make generate"; exit 1)
 
 ## lint: vet, staticcheck and buf lint.
 lint:
