@@ -22,6 +22,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/redistest"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // maxWait bounds every wait for the page to show a change: generous, since
@@ -182,7 +183,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 func dashboardAt(t *testing.T, width int64) {
 	ctx := browser(t, width)
-	srv := newLiveServer(t, testAuth(t))
+	srv := newLiveServer(t, servertest.Tokens(t))
 	app, _ := srv.client(clientToken)
 	_, adminAPI := srv.client(adminToken)
 	rctx := t.Context()
@@ -193,30 +194,30 @@ func dashboardAt(t *testing.T, width int64) {
 			report(rctx, t, app, id, label, cooldownv1.Outcome_OUTCOME_SUCCESS, 200, "", 0)
 		}
 	}
-	gpt := newID(t)
+	gpt := servertest.NewID()
 	ok(gpt, "openai gpt-4o …a1b2", 7)
-	target := newID(t)
+	target := servertest.NewID()
 	ok(target, "openai gpt-4.1 …5e21", 3)
-	quota := newID(t)
+	quota := servertest.NewID()
 	ok(quota, "anthropic claude-sonnet-4 …9f3c", 2)
 	report(rctx, t, app, quota, "anthropic claude-sonnet-4 …9f3c", cooldownv1.Outcome_OUTCOME_QUOTA_EXHAUSTED, 429, "insufficient_quota", 0)
-	flaky := newID(t)
+	flaky := servertest.NewID()
 	ok(flaky, "bedrock claude eu-west-1 …0c4e", 4)
 	report(rctx, t, app, flaky, "bedrock claude eu-west-1 …0c4e", cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 503, "", 0)
 	report(rctx, t, app, flaky, "bedrock claude eu-west-1 …0c4e", cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 502, "", 0)
-	forced := newID(t)
+	forced := servertest.NewID()
 	ok(forced, "gemini-2.5-pro us-central1 …77d0", 1)
 	_, err := adminAPI.ForceConnection(rctx, connect.NewRequest(&cooldownv1.ForceConnectionRequest{
 		Id: forced, Override: cooldownv1.Override_OVERRIDE_FORCED_OPEN, Duration: durationpb.New(15 * time.Minute), Reason: "provider maintenance",
 	}))
 	require.NoError(t, err)
-	probing := newID(t)
+	probing := servertest.NewID()
 	report(rctx, t, app, probing, "azure gpt-4o-mini eastus …3d9a", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, "rate_limit_exceeded", 500*time.Millisecond)
 	probeReady := time.Now().Add(600 * time.Millisecond)
 	const rows = 6
 
 	// Sign in with the admin token through the prompt.
-	act(t, ctx, chromedp.Navigate(srv.URL()+"/"))
+	act(t, ctx, chromedp.Navigate(srv.URL+"/"))
 	act(t, ctx, chromedp.WaitVisible(chromedp.ID("token-input")),
 		chromedp.SendKeys(chromedp.ID("token-input"), adminToken),
 		chromedp.Click(chromedp.ID("token-submit")))
@@ -271,7 +272,7 @@ func dashboardAt(t *testing.T, width int64) {
 	// A breaker trip: the page sees the consecutive failures build up, then
 	// says which rule tripped.
 	const breakerLabel = "mistral large …8b1e"
-	breaker := newID(t)
+	breaker := servertest.NewID()
 	report(rctx, t, app, breaker, breakerLabel, cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 502, "", 0)
 	waitFor(t, ctx, "the page sees the first failure", text(rowSel(breaker)+` .c-why .why-text`)+`.startsWith('1 ')`)
 	for i := range 3 {
@@ -313,7 +314,7 @@ func dashboardAt(t *testing.T, width int64) {
 
 	// The server unreachable: unmistakable. Rows greyed, countdowns stopped,
 	// actions disabled; back to live when it answers.
-	srv.stop()
+	srv.Stop()
 	waitFor(t, ctx, "the page says the server is unreachable", `document.body.classList.contains('offline') && !document.getElementById('offline').hidden`)
 	assert.Less(t, eval[float64](t, ctx, `parseFloat(getComputedStyle(document.querySelector('`+rowSel(target)+`')).opacity)`), 0.6, "rows greyed")
 	frozen := eval[string](t, ctx, left)
@@ -327,7 +328,7 @@ func dashboardAt(t *testing.T, width int64) {
 	assert.True(t, eval[bool](t, ctx, `[...document.querySelectorAll('#detail-actions button')].every(b => b.disabled)`), "actions disabled")
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
 	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
-	srv.start()
+	srv.restart()
 	// The watch reconnects with backoff (up to 10 s): a longer wait.
 	waitWithin(t, ctx, 2*maxWait, "back online", `!document.body.classList.contains('offline') && document.getElementById('live').dataset.state === 'up'`)
 	waitFor(t, ctx, "the countdown runs again", left+` !== '`+frozen+`'`)
@@ -371,7 +372,7 @@ func dashboardAt(t *testing.T, width int64) {
 	require.Equal(t, cooldownv1.State_STATE_CLOSED, got.Msg.GetConnection().GetState())
 	require.Len(t, got.Msg.GetHistory(), 1)
 	assert.Equal(t, cooldownv1.Cause_CAUSE_RESET, got.Msg.GetHistory()[0].GetCause())
-	assert.Equal(t, "ops-admin", got.Msg.GetHistory()[0].GetActor())
+	assert.Equal(t, "oncall", got.Msg.GetHistory()[0].GetActor())
 	assert.Equal(t, "browser test", got.Msg.GetHistory()[0].GetReason())
 
 	// The keyboard opens the detail view, with the transitions.
@@ -380,10 +381,10 @@ func dashboardAt(t *testing.T, width int64) {
 	hist := eval[string](t, ctx, `document.getElementById('detail-history').innerText`)
 	assert.Contains(t, hist, "open → closed")
 	assert.Contains(t, hist, "reset")
-	assert.Contains(t, hist, "ops-admin: browser test")
+	assert.Contains(t, hist, "oncall: browser test")
 	assert.Contains(t, hist, "closed → open")
 	assert.Contains(t, hist, "rate limit")
-	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-events').innerText`), "open → closed (reset) by ops-admin: browser test")
+	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-events').innerText`), "open → closed (reset) by oncall: browser test")
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
 	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
 
@@ -416,10 +417,10 @@ func dashboardAt(t *testing.T, width int64) {
 func TestDashboardEmptyState(t *testing.T) {
 	ctx := browser(t, 1440)
 	srv := newLiveServer(t, nil)
-	act(t, ctx, chromedp.Navigate(srv.URL()+"/"))
+	act(t, ctx, chromedp.Navigate(srv.URL+"/"))
 	waitFor(t, ctx, "the empty state", `!document.getElementById('empty').hidden`)
 	curl := eval[string](t, ctx, `document.getElementById('empty-curl').textContent`)
-	assert.Contains(t, curl, srv.URL()+"/cooldown.v1.CooldownService/Admit")
+	assert.Contains(t, curl, srv.URL+"/cooldown.v1.CooldownService/Admit")
 	assert.Contains(t, curl, "Content-Type: application/json")
 	assert.NotContains(t, curl, "Authorization", "auth is off")
 	assert.True(t, eval[bool](t, ctx, `!!document.querySelector('.chip.warn')`), "auth off is flagged")
@@ -427,7 +428,7 @@ func TestDashboardEmptyState(t *testing.T) {
 
 	// The first report appears live, and everyone is admin with auth off.
 	app, _ := srv.client("")
-	id := newID(t)
+	id := servertest.NewID()
 	report(t.Context(), t, app, id, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, "", 30*time.Second)
 	waitFor(t, ctx, "the first row", rowState(id)+` === 'open'`)
 	assert.True(t, eval[bool](t, ctx, `document.getElementById('empty').hidden`))
@@ -438,7 +439,7 @@ func TestDashboardEmptyState(t *testing.T) {
 	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
 
 	// Filter and sort.
-	other := newID(t)
+	other := servertest.NewID()
 	report(t.Context(), t, app, other, "anthropic claude", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, "", 0)
 	waitFor(t, ctx, "two rows", `document.querySelectorAll('#rows tr').length === 2`)
 	act(t, ctx, chromedp.SendKeys(chromedp.ID("filter"), "claude"))
@@ -460,28 +461,28 @@ type syncBuffer = logtest.Buffer
 // buttons. A tenant's viewer sees no tenant column.
 func TestDashboardOperator(t *testing.T) {
 	ctx := browser(t, 1440)
-	srv := newLiveServer(t, testAuth(t))
+	srv := newLiveServer(t, servertest.Tokens(t))
 	acmeApp, _ := srv.client(clientToken)
-	betaApp, _ := srv.client(betaToken)
+	betaApp, _ := srv.client(otherToken)
 	rctx := t.Context()
-	acme, beta := newID(t), newID(t)
+	acme, beta := servertest.NewID(), servertest.NewID()
 	report(rctx, t, acmeApp, acme, "openai gpt-4o …a1b2", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, "", 0)
 	report(rctx, t, betaApp, beta, "anthropic claude …77aa", cooldownv1.Outcome_OUTCOME_AUTH_FAILURE, 401, "invalid_api_key", 0)
 
-	act(t, ctx, chromedp.Navigate(srv.URL()+"/"))
+	act(t, ctx, chromedp.Navigate(srv.URL+"/"))
 	act(t, ctx, chromedp.WaitVisible(chromedp.ID("token-input")),
 		chromedp.SendKeys(chromedp.ID("token-input"), operatorToken),
 		chromedp.Click(chromedp.ID("token-submit")))
 	waitFor(t, ctx, "both tenants' rows", `document.querySelectorAll('#rows tr').length === 2`)
 	assert.Equal(t, "all tenants", eval[string](t, ctx, text(`#who .chip`)))
-	assert.Equal(t, "beta", eval[string](t, ctx, text(rowSel(beta)+` .c-tenant`)))
+	assert.Equal(t, otherTenant, eval[string](t, ctx, text(rowSel(beta)+` .c-tenant`)))
 	assert.Equal(t, "acme", eval[string](t, ctx, text(rowSel(acme)+` .c-tenant`)))
 	assert.NotEqual(t, "none", eval[string](t, ctx, `getComputedStyle(document.querySelector('th.c-tenant')).display`), "the tenant column is shown")
 	assert.Equal(t, hex.EncodeToString(beta), eval[string](t, ctx, `document.querySelector('#rows tr').dataset.id`), "a rejected credential first")
 	waitFor(t, ctx, "the auth row explains itself", text(rowSel(beta)+` .c-why .why-text`)+` === 'credential rejected from a 401: blocked 5m'`)
 	openRow(t, ctx, beta)
 	waitFor(t, ctx, "the beta row's detail, read from its tenant", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('Auth block') && document.querySelectorAll('#detail-history tr').length >= 1 && !document.getElementById('detail-history').textContent.includes('Loading')`)
-	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fields').innerText`), "beta")
+	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fields').innerText`), otherTenant)
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('[data-action]').length`), "an operator reads; it does not override")
 	assert.Empty(t, eval[string](t, ctx, text(`#detail-error`)))
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))

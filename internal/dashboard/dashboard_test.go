@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/internal/dashboard"
+	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 func newHandler(t *testing.T, identify func(http.Header) (dashboard.Identity, error)) http.Handler {
@@ -137,7 +138,7 @@ func TestWhoami(t *testing.T) {
 // gets, and that client tokens cannot open the dashboard.
 func TestWhoamiThroughServer(t *testing.T) {
 	t.Parallel()
-	withAuth := newLiveServer(t, testAuth(t))
+	withAuth := newLiveServer(t, servertest.Tokens(t))
 	noAuth := newLiveServer(t, nil)
 	get := func(url, tok string) (int, map[string]any) {
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url+"/ui/api/whoami", nil)
@@ -158,12 +159,12 @@ func TestWhoamiThroughServer(t *testing.T) {
 		role, tenant   string
 		auth           bool
 	}{
-		{"admin", withAuth.URL(), adminToken, 200, "admin", "acme", true},
-		{"viewer", withAuth.URL(), viewerToken, 200, "viewer", "acme", true},
-		{"client", withAuth.URL(), clientToken, 403, "", "", false},
-		{"unknown", withAuth.URL(), "nope", 401, "", "", false},
-		{"none", withAuth.URL(), "", 401, "", "", false},
-		{"auth off", noAuth.URL(), "", 200, "admin", "default", false},
+		{"admin", withAuth.URL, adminToken, 200, "admin", "acme", true},
+		{"viewer", withAuth.URL, viewerToken, 200, "viewer", "acme", true},
+		{"client", withAuth.URL, clientToken, 403, "", "", false},
+		{"unknown", withAuth.URL, "nope", 401, "", "", false},
+		{"none", withAuth.URL, "", 401, "", "", false},
+		{"auth off", noAuth.URL, "", 200, "admin", "default", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			status, m := get(tc.url, tc.tok)
@@ -178,7 +179,7 @@ func TestWhoamiThroughServer(t *testing.T) {
 		})
 	}
 	// The page itself needs no token: it asks for one.
-	res, err := http.Get(withAuth.URL() + "/")
+	res, err := http.Get(withAuth.URL + "/")
 	require.NoError(t, err)
 	defer func() { _ = res.Body.Close() }()
 	assert.Equal(t, http.StatusOK, res.StatusCode)
