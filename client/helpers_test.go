@@ -33,7 +33,7 @@ func fastPolicy() breaker.Policy {
 	p.OpenBase = 100 * time.Millisecond
 	p.OpenMax = time.Second
 	p.Jitter = 0
-	p.RateLimitDefault = 200 * time.Millisecond
+	p.RateLimitCooldown = 200 * time.Millisecond
 	return p
 }
 

@@ -41,7 +41,7 @@ func TestAtMostMaxProbesInFlightAcrossReplicas(t *testing.T) {
 	for _, maxProbes := range []int{1, 2} {
 		p := breaker.Policy{
 			ConsecutiveFailures: 2, OpenBase: 20 * time.Millisecond, OpenMax: 80 * time.Millisecond, Jitter: 0.2,
-			RateLimitDefault: 20 * time.Millisecond, MaxProbes: maxProbes, LeaseTTL: 5 * time.Second,
+			RateLimitCooldown: 20 * time.Millisecond, MaxProbes: maxProbes, LeaseTTL: 5 * time.Second,
 		}
 		clients := replicas(t, 3, p)
 		conn := &cooldownv1.Connection{Id: make([]byte, 32), Label: "storm"}

@@ -69,7 +69,7 @@ func TestParseConfig(t *testing.T) {
 			c.idleTTL, c.shutdownTimeout, c.history = 2*time.Hour, 5*time.Second, 10
 			c.policy = breaker.Policy{
 				ConsecutiveFailures: 0, FailureRate: 0.25, MinCalls: 7, Window: 30 * time.Second,
-				OpenBase: time.Second, OpenMax: time.Minute, Jitter: 0, RateLimitDefault: 3 * time.Second,
+				OpenBase: time.Second, OpenMax: time.Minute, Jitter: 0, RateLimitCooldown: 3 * time.Second,
 				OverloadFloor: 0, QuotaBlock: 2 * time.Hour, AuthBlock: time.Minute, MaxProbes: 3, LeaseTTL: 10 * time.Second,
 			}
 		}},
@@ -81,7 +81,7 @@ func TestParseConfig(t *testing.T) {
 			"COOLDOWND_RATE_LIMIT_COOLDOWN": "5s", "COOLDOWND_LOG_FORMAT": "json", "COOLDOWND_JITTER": "0.2",
 		}, func(c *config) {
 			c.addr, c.redis.url, c.logFormat = "0.0.0.0:80", "redis://r:6379", "json"
-			c.policy.MaxProbes, c.policy.RateLimitDefault, c.policy.Jitter = 4, 5*time.Second, 0.2
+			c.policy.MaxProbes, c.policy.RateLimitCooldown, c.policy.Jitter = 4, 5*time.Second, 0.2
 		}},
 		{"flags beat env", []string{"--addr", "127.0.0.1:2", "--max-probes", "2"}, map[string]string{
 			"COOLDOWND_ADDR": "127.0.0.1:1", "COOLDOWND_MAX_PROBES": "9", "COOLDOWND_HISTORY": "7",

@@ -61,7 +61,7 @@ func policyAttrs(p breaker.Policy) slog.Attr {
 		slog.Duration("open_base", p.OpenBase),
 		slog.Duration("open_max", p.OpenMax),
 		slog.Float64("jitter", p.Jitter),
-		slog.Duration("rate_limit_cooldown", p.RateLimitDefault),
+		slog.Duration("rate_limit_cooldown", p.RateLimitCooldown),
 		slog.Duration("overload_floor", p.OverloadFloor),
 		slog.Duration("quota_block", p.QuotaBlock),
 		slog.Duration("auth_block", p.AuthBlock),

@@ -90,7 +90,7 @@ var knobs = []*Knob{
 		ratio: func(p *Policy) *float64 { return &p.Jitter }},
 	{Name: "rate-limit-cooldown", Kind: Span, Min: 0, Max: float64(MaxDuration), Script: "rate_limit_default",
 		Doc:  "shared cooldown after a 429 without Retry-After (0 disables)",
-		span: func(p *Policy) *time.Duration { return &p.RateLimitDefault }},
+		span: func(p *Policy) *time.Duration { return &p.RateLimitCooldown }},
 	{Name: "overload-floor", Kind: Span, Min: 0, Max: float64(MaxDuration), Script: "overload_floor",
 		Doc:  "least cooldown after an overloaded answer (0 disables)",
 		span: func(p *Policy) *time.Duration { return &p.OverloadFloor }},

@@ -155,7 +155,7 @@ func TestPolicyErrorNames(t *testing.T) {
 			"jitter must be in [0, 1), got 1", "--jitter must be in [0, 1), got 1"},
 		{"NaN", func(p *Policy) { p.FailureRate = math.NaN() }, "failure_rate",
 			"failure_rate must be in [0, 1], got NaN", "--failure-rate must be in [0, 1], got NaN"},
-		{"negative span", func(p *Policy) { p.RateLimitDefault = -time.Second }, "rate_limit_cooldown",
+		{"negative span", func(p *Policy) { p.RateLimitCooldown = -time.Second }, "rate_limit_cooldown",
 			"rate_limit_cooldown must not be negative, got -1s", "--rate-limit-cooldown must not be negative, got -1s"},
 		{"sub-millisecond", func(p *Policy) { p.LeaseTTL = 1500 * time.Microsecond }, "lease_ttl",
 			"lease_ttl must be whole milliseconds, got 1.5ms", "--lease-ttl must be whole milliseconds, got 1.5ms"},

@@ -152,7 +152,7 @@ func hint(p Policy, r Report) (int64, Cause) {
 		if r.RetryAfter > 0 {
 			return r.RetryAfter, CauseRateLimit
 		}
-		return ms(p.RateLimitDefault), CauseRateLimit
+		return ms(p.RateLimitCooldown), CauseRateLimit
 	case OutcomeOverloaded:
 		return max(r.RetryAfter, ms(p.OverloadFloor)), CauseOverload
 	case OutcomeQuotaExhausted:

@@ -653,7 +653,7 @@ func TestCooldowns(t *testing.T) {
 		},
 		{
 			name:   "RATE_LIMITED without retry_after and a 0 default does nothing",
-			policy: func(p *Policy) { p.RateLimitDefault = 0 },
+			policy: func(p *Policy) { p.RateLimitCooldown = 0 },
 			given:  closed,
 			now:    n,
 			do:     reportOp(Report{Revision: 3, Outcome: OutcomeRateLimited}),

@@ -48,10 +48,10 @@ type Policy struct {
 	// Jitter spreads breaker open durations by ±Jitter of their length
 	// (capped at OpenMax). In [0, 1); 0 disables it. Default 0.1.
 	Jitter float64
-	// RateLimitDefault is the shared cooldown after a 429 with no
+	// RateLimitCooldown is the shared cooldown after a 429 with no
 	// Retry-After. 0: a 429 only cools down for what the server says.
 	// Default 2 s.
-	RateLimitDefault time.Duration
+	RateLimitCooldown time.Duration
 	// OverloadFloor is the least cooldown after an overloaded answer. 0
 	// disables overload cooldowns without a server delay. Default 5 s.
 	OverloadFloor time.Duration
@@ -79,7 +79,7 @@ func DefaultPolicy() Policy {
 		OpenBase:            10 * time.Second,
 		OpenMax:             5 * time.Minute,
 		Jitter:              0.1,
-		RateLimitDefault:    2 * time.Second,
+		RateLimitCooldown:   2 * time.Second,
 		OverloadFloor:       5 * time.Second,
 		QuotaBlock:          time.Hour,
 		AuthBlock:           5 * time.Minute,

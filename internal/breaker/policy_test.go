@@ -17,7 +17,7 @@ func TestDefaultPolicyValidates(t *testing.T) {
 	assert.Equal(t, Policy{
 		ConsecutiveFailures: 5, FailureRate: 0.5, MinCalls: 20, Window: time.Minute,
 		OpenBase: 10 * time.Second, OpenMax: 5 * time.Minute, Jitter: 0.1,
-		RateLimitDefault: 2 * time.Second, OverloadFloor: 5 * time.Second,
+		RateLimitCooldown: 2 * time.Second, OverloadFloor: 5 * time.Second,
 		QuotaBlock: time.Hour, AuthBlock: 5 * time.Minute, MaxProbes: 1, LeaseTTL: 30 * time.Second,
 	}, p, "the documented defaults")
 }
@@ -39,7 +39,7 @@ func TestPolicyValidateAccepts(t *testing.T) {
 		{"jitter just below 1", func(p *Policy) { p.Jitter = 0.999 }},
 		{"max_probes 16", func(p *Policy) { p.MaxProbes = MaxProbes }},
 		{"open_max equal to open_base", func(p *Policy) { p.OpenMax = p.OpenBase }},
-		{"every cooldown off", func(p *Policy) { p.RateLimitDefault, p.OverloadFloor, p.QuotaBlock, p.AuthBlock = 0, 0, 0, 0 }},
+		{"every cooldown off", func(p *Policy) { p.RateLimitCooldown, p.OverloadFloor, p.QuotaBlock, p.AuthBlock = 0, 0, 0, 0 }},
 		{"durations at MaxDuration", func(p *Policy) { p.OpenMax, p.QuotaBlock = MaxDuration, MaxDuration }},
 		{"sub-second durations", func(p *Policy) {
 			p.Window, p.OpenBase, p.OpenMax, p.LeaseTTL = time.Second, 100*time.Millisecond, 1600*time.Millisecond, 300*time.Millisecond
@@ -65,14 +65,14 @@ func TestPolicyValidateRejects(t *testing.T) {
 		{"negative window", func(p *Policy) { p.Window = -time.Second }, "window"},
 		{"negative open_base", func(p *Policy) { p.OpenBase = -time.Second }, "open_base"},
 		{"negative open_max", func(p *Policy) { p.OpenMax = -time.Second }, "open_max"},
-		{"negative rate_limit_cooldown", func(p *Policy) { p.RateLimitDefault = -time.Millisecond }, "rate_limit_cooldown"},
+		{"negative rate_limit_cooldown", func(p *Policy) { p.RateLimitCooldown = -time.Millisecond }, "rate_limit_cooldown"},
 		{"negative overload_floor", func(p *Policy) { p.OverloadFloor = -time.Millisecond }, "overload_floor"},
 		{"negative quota_block", func(p *Policy) { p.QuotaBlock = -time.Hour }, "quota_block"},
 		{"negative auth_block", func(p *Policy) { p.AuthBlock = -time.Minute }, "auth_block"},
 		{"negative lease_ttl", func(p *Policy) { p.LeaseTTL = -time.Second }, "lease_ttl"},
 		{"window not whole ms", func(p *Policy) { p.Window = time.Minute + time.Microsecond }, "window"},
 		{"open_base not whole ms", func(p *Policy) { p.OpenBase = 1500 * time.Microsecond }, "open_base"},
-		{"rate_limit_cooldown not whole ms", func(p *Policy) { p.RateLimitDefault = time.Nanosecond }, "rate_limit_cooldown"},
+		{"rate_limit_cooldown not whole ms", func(p *Policy) { p.RateLimitCooldown = time.Nanosecond }, "rate_limit_cooldown"},
 		{"lease_ttl not whole ms", func(p *Policy) { p.LeaseTTL = 30*time.Second + 1 }, "lease_ttl"},
 		{"quota_block above MaxDuration", func(p *Policy) { p.QuotaBlock = MaxDuration + time.Millisecond }, "quota_block"},
 		{"negative consecutive_failures", func(p *Policy) { p.ConsecutiveFailures = -1 }, "consecutive_failures"},

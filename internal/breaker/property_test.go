@@ -23,7 +23,7 @@ func randomPolicy(rng *rand.Rand) Policy {
 		Window:              ms([]int{100, 1000}[rng.IntN(2)]),
 		OpenBase:            ms(50 + rng.IntN(100)),
 		Jitter:              []float64{0, 0.3, 0.9}[rng.IntN(3)],
-		RateLimitDefault:    ms([]int{0, 50}[rng.IntN(2)]),
+		RateLimitCooldown:   ms([]int{0, 50}[rng.IntN(2)]),
 		OverloadFloor:       ms([]int{0, 200}[rng.IntN(2)]),
 		QuotaBlock:          ms([]int{0, 1500}[rng.IntN(2)]),
 		AuthBlock:           ms([]int{0, 1000}[rng.IntN(2)]),

@@ -43,13 +43,13 @@ func TestResolve(t *testing.T) {
 	assert.Equal(t, base.Jitter, a.Jitter, "no label: no label rule")
 
 	openai := r.For("team-a", "openai gpt-4o")
-	assert.Equal(t, 5*time.Second, openai.RateLimitDefault, "first matching rule")
+	assert.Equal(t, 5*time.Second, openai.RateLimitCooldown, "first matching rule")
 	assert.Equal(t, base.Jitter, openai.Jitter, "only the first match applies")
 	assert.Equal(t, 3, openai.ConsecutiveFailures, "label over tenant")
 
 	other := r.For("team-a", "anthropic claude")
 	assert.Zero(t, other.Jitter)
-	assert.Equal(t, base.RateLimitDefault, other.RateLimitDefault)
+	assert.Equal(t, base.RateLimitCooldown, other.RateLimitCooldown)
 	assert.Equal(t, 2, other.MaxProbes, "max_probes is the tenant's for every label")
 }
 

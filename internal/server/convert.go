@@ -96,7 +96,7 @@ func policyProto(p breaker.Policy) *cooldownv1.Policy {
 		OpenBase:            d(p.OpenBase),
 		OpenMax:             d(p.OpenMax),
 		Jitter:              p.Jitter,
-		RateLimitCooldown:   d(p.RateLimitDefault),
+		RateLimitCooldown:   d(p.RateLimitCooldown),
 		OverloadFloor:       d(p.OverloadFloor),
 		QuotaBlock:          d(p.QuotaBlock),
 		AuthBlock:           d(p.AuthBlock),

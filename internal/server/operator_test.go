@@ -352,7 +352,7 @@ func TestBadRequestDetails(t *testing.T) {
 func TestGetConnectionPolicy(t *testing.T) {
 	t.Parallel()
 	special := fastPolicy()
-	special.ConsecutiveFailures, special.RateLimitDefault, special.QuotaBlock = 0, 0, 90*time.Second
+	special.ConsecutiveFailures, special.RateLimitCooldown, special.QuotaBlock = 0, 0, 90*time.Second
 	e := newEnv(t, withServer(func(o *server.Options) {
 		o.PolicyFor = func(tenant, label string) breaker.Policy {
 			if label == "special" {

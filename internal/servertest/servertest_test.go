@@ -80,11 +80,11 @@ func TestProtocols(t *testing.T) {
 }
 
 // TestPolicy: the store runs the policy given (a rate limit without
-// Retry-After opens for the policy's RateLimitDefault).
+// Retry-After opens for the policy's RateLimitCooldown).
 func TestPolicy(t *testing.T) {
 	t.Parallel()
 	long := servertest.FastPolicy()
-	long.RateLimitDefault = time.Hour
+	long.RateLimitCooldown = time.Hour
 	for _, tt := range []struct {
 		name   string
 		policy breaker.Policy
@@ -101,7 +101,7 @@ func TestPolicy(t *testing.T) {
 			got, err := c.GetConnection(t.Context(), connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: id}))
 			require.NoError(t, err)
 			open := got.Msg.GetConnection().GetOpenUntil().AsTime().Sub(rep.GetServerTime().AsTime())
-			assert.Equal(t, tt.policy.RateLimitDefault, open, "open from the report for the policy's cooldown")
+			assert.Equal(t, tt.policy.RateLimitCooldown, open, "open from the report for the policy's cooldown")
 		})
 	}
 }

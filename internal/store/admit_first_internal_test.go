@@ -104,7 +104,7 @@ func TestAdmitFirst(t *testing.T) {
 				ctx := context.Background()
 				now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 				p := breaker.Policy{ConsecutiveFailures: 1, OpenBase: time.Second, OpenMax: time.Minute,
-					RateLimitDefault: time.Second, OverloadFloor: time.Second, QuotaBlock: time.Hour, AuthBlock: time.Hour,
+					RateLimitCooldown: time.Second, OverloadFloor: time.Second, QuotaBlock: time.Hour, AuthBlock: time.Hour,
 					MaxProbes: 1, LeaseTTL: 30 * time.Second}
 				clock := func() time.Time { return now }
 				st, err := New(topo.rdb, Options{Policy: &p, Clock: clock})

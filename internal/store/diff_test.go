@@ -28,7 +28,7 @@ func fastPolicy() breaker.Policy {
 	return breaker.Policy{
 		ConsecutiveFailures: 3, FailureRate: 0.5, MinCalls: 4, Window: time.Second,
 		OpenBase: 100 * time.Millisecond, OpenMax: 1600 * time.Millisecond, Jitter: 0.3,
-		RateLimitDefault: 50 * time.Millisecond, OverloadFloor: 200 * time.Millisecond,
+		RateLimitCooldown: 50 * time.Millisecond, OverloadFloor: 200 * time.Millisecond,
 		QuotaBlock: 1500 * time.Millisecond, AuthBlock: time.Second, MaxProbes: 2, LeaseTTL: 300 * time.Millisecond,
 	}
 }

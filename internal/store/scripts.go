@@ -85,7 +85,7 @@ func (s *Store) policyArg(p breaker.Policy) string {
 	b = append(b, ',')
 	b = strconv.AppendFloat(b, p.Jitter, 'g', -1, 64)
 	for _, n := range []int64{
-		p.RateLimitDefault.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
+		p.RateLimitCooldown.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
 		p.AuthBlock.Milliseconds(), int64(p.MaxProbes), p.LeaseTTL.Milliseconds(), int64(s.history),
 	} {
 		b = append(b, ',')

@@ -263,7 +263,7 @@ func TestPolicyPerLabel(t *testing.T) {
 	newMiniClock(m) // a still clock: the cooldown left is exact
 	base := breaker.DefaultPolicy()
 	slow := base
-	slow.RateLimitDefault = time.Minute
+	slow.RateLimitCooldown = time.Minute
 	st, err := store.New(rdb, store.Options{PolicyFor: func(tenant, label string) breaker.Policy {
 		if tenant == "t" && label == "slow" {
 			return slow
@@ -275,7 +275,7 @@ func TestPolicyPerLabel(t *testing.T) {
 	for _, tc := range []struct {
 		label string
 		want  int64
-	}{{"slow", time.Minute.Milliseconds()}, {"fast", base.RateLimitDefault.Milliseconds()}} {
+	}{{"slow", time.Minute.Milliseconds()}, {"fast", base.RateLimitCooldown.Milliseconds()}} {
 		c := store.Conn{Tenant: "t", ID: testID(tc.label[0]), Label: tc.label}
 		_, err := st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited})
 		require.NoError(t, err)

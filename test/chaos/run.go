@@ -27,7 +27,7 @@ func chaosPolicy() breaker.Policy { return history.Policy() }
 func policyArgs(p breaker.Policy) []string {
 	return []string{"--consecutive-failures", strconv.Itoa(p.ConsecutiveFailures), "--failure-rate", "0",
 		"--open-base", p.OpenBase.String(), "--open-max", p.OpenMax.String(), "--jitter", "0",
-		"--rate-limit-cooldown", p.RateLimitDefault.String(), "--overload-floor", p.OverloadFloor.String(),
+		"--rate-limit-cooldown", p.RateLimitCooldown.String(), "--overload-floor", p.OverloadFloor.String(),
 		"--quota-block", p.QuotaBlock.String(), "--auth-block", p.AuthBlock.String(),
 		"--lease-ttl", p.LeaseTTL.String(), "--max-probes", strconv.Itoa(p.MaxProbes)}
 }

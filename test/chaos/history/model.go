@@ -22,7 +22,7 @@ func Policy() breaker.Policy {
 	p.OpenBase = 200 * time.Millisecond
 	p.OpenMax = 2 * time.Second
 	p.Jitter = 0
-	p.RateLimitDefault = 300 * time.Millisecond
+	p.RateLimitCooldown = 300 * time.Millisecond
 	p.OverloadFloor = 300 * time.Millisecond
 	p.QuotaBlock = 2 * time.Second
 	p.AuthBlock = time.Second

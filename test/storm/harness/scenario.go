@@ -59,7 +59,7 @@ func DefaultPolicy() client.Policy {
 	p.OpenBase = 100 * time.Millisecond
 	p.OpenMax = 400 * time.Millisecond
 	p.Jitter = 0.1
-	p.RateLimitDefault = 500 * time.Millisecond
+	p.RateLimitCooldown = 500 * time.Millisecond
 	p.MaxProbes = 1
 	p.LeaseTTL = 600 * time.Millisecond
 	return p
@@ -75,7 +75,7 @@ func ServerFlags(p client.Policy) []string {
 		"--open-base", p.OpenBase.String(),
 		"--open-max", p.OpenMax.String(),
 		"--jitter", fmt.Sprint(p.Jitter),
-		"--rate-limit-cooldown", p.RateLimitDefault.String(),
+		"--rate-limit-cooldown", p.RateLimitCooldown.String(),
 		"--overload-floor", p.OverloadFloor.String(),
 		"--quota-block", p.QuotaBlock.String(),
 		"--auth-block", p.AuthBlock.String(),

@@ -65,7 +65,7 @@ func toPolicy(p breaker.Policy) policy {
 	return policy{
 		ConsecutiveFailures: p.ConsecutiveFailures, FailureRate: p.FailureRate, MinCalls: p.MinCalls,
 		WindowMs: p.Window.Milliseconds(), OpenBaseMs: p.OpenBase.Milliseconds(), OpenMaxMs: p.OpenMax.Milliseconds(),
-		Jitter: p.Jitter, RateLimitDefaultMs: p.RateLimitDefault.Milliseconds(), OverloadFloorMs: p.OverloadFloor.Milliseconds(),
+		Jitter: p.Jitter, RateLimitDefaultMs: p.RateLimitCooldown.Milliseconds(), OverloadFloorMs: p.OverloadFloor.Milliseconds(),
 		QuotaBlockMs: p.QuotaBlock.Milliseconds(), AuthBlockMs: p.AuthBlock.Milliseconds(), MaxProbes: p.MaxProbes,
 		LeaseTTLMs: p.LeaseTTL.Milliseconds(),
 	}
@@ -179,7 +179,7 @@ func randomPolicy(rng *rand.Rand) breaker.Policy {
 		Window:              ms([]int{100, 1000, 777}[rng.IntN(3)]),
 		OpenBase:            ms(50 + rng.IntN(100)),
 		Jitter:              []float64{0, 0.1, 0.3, 0.9}[rng.IntN(4)],
-		RateLimitDefault:    ms([]int{0, 50}[rng.IntN(2)]),
+		RateLimitCooldown:   ms([]int{0, 50}[rng.IntN(2)]),
 		OverloadFloor:       ms([]int{0, 200}[rng.IntN(2)]),
 		QuotaBlock:          ms([]int{0, 1500}[rng.IntN(2)]),
 		AuthBlock:           ms([]int{0, 1000}[rng.IntN(2)]),
