@@ -43,7 +43,7 @@ func TestEveryKnobIsPacked(t *testing.T) {
 	base := breaker.DefaultPolicy()
 	baseArg := strings.Split(s.policyArg(base), ",")
 	assert.Len(t, baseArg, len(breaker.Knobs())+2, "every knob, the idle TTL and the history cap")
-	assert.Equal(t, strconv.FormatInt((3 * time.Hour).Milliseconds(), 10), baseArg[0], "IDLE is v[1]")
+	assert.Equal(t, strconv.FormatInt((3*time.Hour).Milliseconds(), 10), baseArg[0], "IDLE is v[1]")
 	assert.Equal(t, "7", baseArg[len(baseArg)-1], "HCAP is the last")
 
 	read := map[string]bool{}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -107,20 +108,29 @@ func (g *gatedDialer) open() {
 	g.mu.Unlock()
 }
 
+// gatedStore is a store on a miniredis whose new connections wait at g's
+// gate; the command pool already has its connection (blocked: how many
+// dials may wait to be counted).
+func gatedStore(t *testing.T, blocked int) (*miniredis.Miniredis, *gatedDialer, *store.Store) {
+	t.Helper()
+	m, _ := redistest.Mini(t)
+	g := &gatedDialer{blocked: make(chan struct{}, blocked)}
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), Dialer: g.dial})
+	t.Cleanup(func() { _ = rdb.Close() })
+	st, err := store.New(rdb, store.Options{})
+	require.NoError(t, err)
+	require.NoError(t, rdb.Ping(t.Context()).Err())
+	return m, g, st
+}
+
 // TestSlowSubscribeDoesNotStallOtherTenants: while one tenant's first
 // watcher waits for Redis to confirm its subscription, other tenants'
 // events are still delivered (the hub's lock is not held across it).
 func TestSlowSubscribeDoesNotStallOtherTenants(t *testing.T) {
 	t.Parallel()
-	m, _ := redistest.Mini(t)
-	g := &gatedDialer{blocked: make(chan struct{}, 1)}
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), Dialer: g.dial})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
+	_, g, st := gatedStore(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.NoError(t, rdb.Ping(ctx).Err()) // the command pool has its connection
 	evsA, err := st.Watch(ctx, "a")
 	require.NoError(t, err)
 
@@ -145,15 +155,9 @@ func TestSlowSubscribeDoesNotStallOtherTenants(t *testing.T) {
 // tenant's subscription is being confirmed wait for it and share it.
 func TestWatchersJoiningAnOpeningFeedShareIt(t *testing.T) {
 	t.Parallel()
-	m, _ := redistest.Mini(t)
-	g := &gatedDialer{blocked: make(chan struct{}, 1)}
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), Dialer: g.dial})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
+	m, g, st := gatedStore(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.NoError(t, rdb.Ping(ctx).Err())
 	g.close()
 	const n = 5
 	chans := make(chan (<-chan store.Transition), n)
@@ -170,7 +174,7 @@ func TestWatchersJoiningAnOpeningFeedShareIt(t *testing.T) {
 	for range n {
 		all = append(all, <-chans)
 	}
-	_, err = st.Force(ctx, "a", testID(1), breaker.ForcedOpen, 0, "ops", "")
+	_, err := st.Force(ctx, "a", testID(1), breaker.ForcedOpen, 0, "ops", "")
 	require.NoError(t, err)
 	for _, ch := range all {
 		tr, ok := recv(t, ctx, ch)
@@ -185,15 +189,9 @@ func TestWatchersJoiningAnOpeningFeedShareIt(t *testing.T) {
 // that feed opens a new one instead of failing.
 func TestWatcherOutlivesAnOpenerThatLeft(t *testing.T) {
 	t.Parallel()
-	m, _ := redistest.Mini(t)
-	g := &gatedDialer{blocked: make(chan struct{}, 2)}
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), Dialer: g.dial})
-	t.Cleanup(func() { _ = rdb.Close() })
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
+	_, g, st := gatedStore(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	require.NoError(t, rdb.Ping(ctx).Err())
 	g.close()
 	openerCtx, leave := context.WithCancel(ctx)
 	openerDone := make(chan error, 1)
@@ -214,7 +212,7 @@ func TestWatcherOutlivesAnOpenerThatLeft(t *testing.T) {
 	<-g.blocked // the waiter dials a feed of its own
 	g.open()
 	ch := <-waiter
-	_, err = st.Force(ctx, "a", testID(1), breaker.ForcedOpen, 0, "ops", "")
+	_, err := st.Force(ctx, "a", testID(1), breaker.ForcedOpen, 0, "ops", "")
 	require.NoError(t, err)
 	tr, ok := recv(t, ctx, ch)
 	require.True(t, ok)
