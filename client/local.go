@@ -87,7 +87,7 @@ func (l *local) admit(now time.Time, cands []Conn) Admission {
 			}
 			continue
 		}
-		v, _ := l.state(c.id).Admit(l.policy, nowMs, nonce())
+		v, _ := l.state(c.id).Admit(l.policy, nowMs, breaker.Attempt{Nonce: nonce()})
 		a := Admission{Index: i, Conn: c, Decision: Decision(v.Decision), Revision: v.Revision, Local: true}
 		switch v.Decision {
 		case breaker.AllowProbe:

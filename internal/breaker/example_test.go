@@ -22,7 +22,7 @@ func Example() {
 	}
 	reasons := map[breaker.DenyReason]string{breaker.ReasonOpen: "OPEN", breaker.ReasonProbeInFlight: "PROBE_IN_FLIGHT"}
 	admit := func(who string) breaker.Verdict {
-		v, evs := s.Admit(p, now, who)
+		v, evs := s.Admit(p, now, breaker.Attempt{Nonce: who})
 		show(evs)
 		switch v.Decision {
 		case breaker.Allow:
@@ -37,7 +37,7 @@ func Example() {
 
 	// Five transient failures in a row trip the breaker for 10 s.
 	for range p.ConsecutiveFailures {
-		v, _ := s.Admit(p, now, "")
+		v, _ := s.Admit(p, now, breaker.Attempt{})
 		_, evs := s.Report(p, now, breaker.Report{Revision: v.Revision, Outcome: breaker.OutcomeTransientFailure, HTTPStatus: 503}, 0)
 		show(evs)
 		now += 100

@@ -18,10 +18,12 @@ const n = t0 + 1_000
 // testPolicy is DefaultPolicy without jitter, so open durations are exact:
 // 5 consecutive failures, 50 % over 60 s once 20 calls are seen, opens of
 // 10 s doubling to 5 min, 429 default 2 s, overload floor 5 s, quota 1 h,
-// auth 5 min, 1 probe with a 30 s lease.
+// auth 5 min, 1 probe with a 30 s lease. The fleet rules are off (the
+// retry budget's first-attempt count too): fleet_test.go covers them.
 func testPolicy() Policy {
 	p := DefaultPolicy()
 	p.Jitter = 0
+	p.RetryBudget = 0
 	return p
 }
 
@@ -71,7 +73,7 @@ func (o op) apply(t testing.TB, s *State, p Policy, now int64) result {
 	var r result
 	switch o.kind {
 	case "admit":
-		r.verdict, r.events = s.Admit(p, now, o.nonce)
+		r.verdict, r.events = s.Admit(p, now, Attempt{Nonce: o.nonce})
 	case "report":
 		r.report, r.events = s.Report(p, now, o.report, o.jitter)
 	case "extend":

@@ -20,6 +20,8 @@ const (
 	// Span is a duration, written as a Go duration such as 10s, in whole
 	// milliseconds (the scripts' unit).
 	Span
+	// Switch is on or off, written as true or false; its value is 1 or 0.
+	Switch
 )
 
 // Knob is one tunable of [Policy]: the one definition that the flags and
@@ -53,6 +55,7 @@ type Knob struct {
 	count func(p *Policy) *int
 	ratio func(p *Policy) *float64
 	span  func(p *Policy) *time.Duration
+	flag  func(p *Policy) *bool
 }
 
 // The knobs that the rules between knobs in Validate name.
@@ -72,6 +75,18 @@ var (
 	knobOpenMax = &Knob{Name: "open-max", Kind: Span, Min: 0, Max: float64(MaxDuration), Script: "open_max",
 		Doc:  "cap of breaker open durations (at least --open-base)",
 		span: func(p *Policy) *time.Duration { return &p.OpenMax }}
+	knobRetryBudget = &Knob{Name: "retry-budget", Kind: Ratio, Min: 0, Max: 1, Script: "budget_bp",
+		Doc:   "retries may be at most this fraction of the fleet's first attempts over --fleet-window, in [0,1] (0 disables)",
+		ratio: func(p *Policy) *float64 { return &p.RetryBudget }}
+	knobThrottleK = &Knob{Name: "throttle-k", Kind: Ratio, Min: 0, Max: 10, Script: "throttle_k",
+		Doc:   "adaptive throttle's K while closed: reject with probability max(0, (requests-K*accepts)/(requests+1)); 0 disables, else 1 to 10",
+		ratio: func(p *Policy) *float64 { return &p.ThrottleK }}
+	knobTripQuorum = &Knob{Name: "trip-quorum", Kind: Count, Min: 0, Max: MaxQuorum, Script: "quorum",
+		Doc:   "transient failures trip only once this many distinct reporters saw them within --fleet-window (0 or 1: any one)",
+		count: func(p *Policy) *int { return &p.TripQuorum }}
+	knobFleetWindow = &Knob{Name: "fleet-window", Kind: Span, Min: 0, Max: float64(MaxDuration), Script: "fleet_window",
+		Doc:  "window of the fleet's counts for the retry budget, the throttle and the trip quorum (1ms to 10m while one is on)",
+		span: func(p *Policy) *time.Duration { return &p.FleetWindow }}
 )
 
 // knobs is every knob in the order of the flags, the file's keys and the
@@ -106,6 +121,16 @@ var knobs = []*Knob{
 	{Name: "lease-ttl", Kind: Span, Min: float64(time.Millisecond), Max: float64(MaxDuration), Script: "lease_ttl",
 		Doc:  "probe lease time to live unless extended (at least 1ms)",
 		span: func(p *Policy) *time.Duration { return &p.LeaseTTL }},
+	knobRetryBudget,
+	{Name: "retry-budget-min", Kind: Count, Min: 0, Max: 1000, Script: "budget_min",
+		Doc:   "retries per second the retry budget allows whatever its ratio (0-1000)",
+		count: func(p *Policy) *int { return &p.RetryBudgetMin }},
+	knobThrottleK,
+	knobTripQuorum,
+	knobFleetWindow,
+	{Name: "shadow", Kind: Switch, Min: 0, Max: 1, Script: "shadow",
+		Doc:  "shadow mode: compute and publish every decision, allow every call the policy would deny",
+		flag: func(p *Policy) *bool { return &p.Shadow }},
 }
 
 // Knobs returns every knob, in the documented order. The slice is a copy;
@@ -135,6 +160,11 @@ func (k *Knob) Get(p Policy) float64 {
 		return float64(*k.count(&p))
 	case Ratio:
 		return *k.ratio(&p)
+	case Switch:
+		if *k.flag(&p) {
+			return 1
+		}
+		return 0
 	default:
 		return float64(*k.span(&p))
 	}
@@ -148,6 +178,8 @@ func (k *Knob) Set(p *Policy, v float64) {
 		*k.count(p) = int(v)
 	case Ratio:
 		*k.ratio(p) = v
+	case Switch:
+		*k.flag(p) = v != 0
 	default:
 		*k.span(p) = time.Duration(v)
 	}
@@ -170,6 +202,15 @@ func (k *Knob) Parse(s string) (float64, error) {
 			return 0, fmt.Errorf("%q is not %s", s, k.Format())
 		}
 		return f, nil
+	case Switch:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not %s", s, k.Format())
+		}
+		if b {
+			return 1, nil
+		}
+		return 0, nil
 	default:
 		d, err := time.ParseDuration(s)
 		if err != nil {
@@ -186,6 +227,8 @@ func (k *Knob) Format() string {
 		return "an integer"
 	case Ratio:
 		return "a number such as 0.5"
+	case Switch:
+		return "true or false"
 	default:
 		return "a duration such as 250ms, 30s, 5m or 1h"
 	}
@@ -198,13 +241,19 @@ func (k *Knob) String(v float64) string {
 		return strconv.FormatInt(int64(v), 10)
 	case Ratio:
 		return strconv.FormatFloat(v, 'g', -1, 64)
+	case Switch:
+		return strconv.FormatBool(v != 0)
 	default:
 		return time.Duration(v).String()
 	}
 }
 
-// Bounds writes the knob's own bounds as an interval, such as [0, 1).
+// Bounds writes the knob's own bounds as an interval, such as [0, 1), or
+// "true or false" for a Switch.
 func (k *Knob) Bounds() string {
+	if k.Kind == Switch {
+		return k.Format()
+	}
 	closing := "]"
 	if k.MaxExclusive {
 		closing = ")"

@@ -60,7 +60,7 @@ func TestKnobNames(t *testing.T) {
 		assert.Same(t, k, got)
 		assert.NotEmpty(t, k.Doc)
 		assert.NotEmpty(t, k.Script)
-		assert.Contains(t, []Kind{Count, Ratio, Span}, k.Kind)
+		assert.Contains(t, []Kind{Count, Ratio, Span, Switch}, k.Kind)
 		assert.LessOrEqual(t, k.Min, k.Max)
 	}
 	_, ok := KnobByKey("rate_limit_default")

@@ -1,8 +1,12 @@
 package breaker
 
 // Admit decides whether one call may go now. On AllowProbe it grants a
-// lease whose token is built from nonce (random, from the caller).
-func (s *State) Admit(p Policy, now int64, nonce string) (Verdict, []Event) {
+// lease whose token is built from a.Nonce. The fleet rules may deny a call
+// the breaker would admit: while closed the adaptive throttle (a.Draw),
+// then, for a retry, closed or half-open, the retry budget. A policy in
+// shadow mode allows what it would deny and says why in Verdict.Shadowed;
+// operator overrides are enforced whatever the policy.
+func (s *State) Admit(p Policy, now int64, a Attempt) (Verdict, []Event) {
 	evs := s.Settle(now)
 	v := Verdict{Revision: s.Revision, Phase: s.phase()}
 	switch {
@@ -12,26 +16,61 @@ func (s *State) Admit(p Policy, now int64, nonce string) (Verdict, []Event) {
 		if s.OverrideUntil > 0 {
 			v.RetryAfter = s.OverrideUntil - now
 		}
-	case s.Override == ForcedClosed || s.phase() == Closed:
+		return v, evs
+	case s.Override == ForcedClosed:
 		v.Decision = Allow
+		return v, evs
+	case s.phase() == Closed:
+		v.Decision = Allow
+		s.fleetRules(p, now, a, &v)
 	case s.phase() == Open:
 		v.Decision, v.Reason, v.RetryAfter = Deny, ReasonFor(s.Cause), s.OpenUntil-now
-	default: // half-open
-		if len(s.Leases) >= p.MaxProbes {
-			v.Decision, v.Reason = Deny, ReasonProbeInFlight
-			v.RetryAfter = s.Leases[0].Expires - now
-			for _, l := range s.Leases[1:] {
-				v.RetryAfter = min(v.RetryAfter, l.Expires-now)
-			}
-			return v, evs
+	case len(s.Leases) >= p.MaxProbes: // half-open, every probe out
+		v.Decision, v.Reason = Deny, ReasonProbeInFlight
+		v.RetryAfter = s.Leases[0].Expires - now
+		for _, l := range s.Leases[1:] {
+			v.RetryAfter = min(v.RetryAfter, l.Expires-now)
 		}
-		slot := s.freeSlot()
-		l := Lease{Slot: slot, Granted: now, Expires: now + ms(p.LeaseTTL)}
-		l.Token = LeaseToken(s.Revision, slot, now, nonce)
-		s.Leases = append(s.Leases, l)
-		v.Decision, v.Lease = AllowProbe, &l
+	default: // half-open
+		v.Decision = AllowProbe
+		if s.fleetRules(p, now, a, &v); v.Decision == AllowProbe {
+			slot := s.freeSlot()
+			l := Lease{Slot: slot, Granted: now, Expires: now + ms(p.LeaseTTL)}
+			l.Token = LeaseToken(s.Revision, slot, now, a.Nonce)
+			s.Leases = append(s.Leases, l)
+			v.Lease = &l
+		}
+	}
+	if v.Decision == Deny && p.Shadow {
+		v.Shadowed, v.ShadowRetryAfter = v.Reason, v.RetryAfter
+		v.Decision, v.Reason, v.RetryAfter = Allow, ReasonNone, 0
+	}
+	switch {
+	case v.Decision == Deny && v.Reason == ReasonThrottled:
+		// A rejected call is one of the throttle's requests (an allowed
+		// one counts when it is reported).
+		s.countFleet(p, now, func(f *Fleet) { f.CurRequests++ })
+	case a.Retry && v.Decision != Deny && p.RetryBudgetBasisPoints() > 0:
+		s.countFleet(p, now, func(f *Fleet) { f.CurRetries++ })
 	}
 	return v, evs
+}
+
+// ThrottleRetryAfter is the wait a throttled call is told (ms): short, as
+// the throttle rejects a share of calls rather than closing the connection.
+const ThrottleRetryAfter = 1000
+
+// fleetRules denies a call the breaker admits when a fleet rule says so:
+// while closed the throttle, then for a retry the retry budget (its wait
+// is at most until the budget's current bucket ends).
+func (s *State) fleetRules(p Policy, now int64, a Attempt, v *Verdict) {
+	switch {
+	case s.phase() == Closed && a.Draw < s.ThrottleProbability(p, now):
+		v.Decision, v.Reason, v.RetryAfter = Deny, ReasonThrottled, ThrottleRetryAfter
+	case a.Retry && !s.budgetAllows(p, now):
+		w := ms(p.FleetWindow)
+		v.Decision, v.Reason, v.RetryAfter = Deny, ReasonRetryBudget, w-now%w
+	}
 }
 
 func (s *State) freeSlot() int {
@@ -89,12 +128,13 @@ func (s *State) Report(p Policy, now int64, r Report, jitter float64) (ReportRes
 	// not decide over the probe granted after it.
 	res := ReportResult{Accepted: li >= 0 || (r.Revision == s.Revision && s.phase() != HalfOpen)}
 	s.release(li)
+	s.countReport(p, now, r)
 	if r.Outcome == OutcomeCanceled || s.Override != NoOverride {
 		return res, evs
 	}
 	before := len(evs)
 	if res.Accepted {
-		evs = s.verdict(p, now, r.Outcome, max(r.Count, 1), jitter, evs)
+		evs = s.verdict(p, now, r, jitter, evs)
 	}
 	if d, cause := hint(p, r); d > 0 {
 		evs = s.cool(now, now+d, cause, evs)
@@ -103,8 +143,12 @@ func (s *State) Report(p Policy, now int64, r Report, jitter float64) (ReportRes
 	return res, evs
 }
 
-// verdict applies a live report's outcome to the breaker.
-func (s *State) verdict(p Policy, now int64, o Outcome, n int64, jitter float64, evs []Event) []Event {
+// verdict applies a live report's outcome to the breaker. An ambiguous
+// failure trips a closed breaker only with the trip quorum; a half-open
+// probe's failure re-opens it whoever reported it (the probe is the
+// fleet's one test).
+func (s *State) verdict(p Policy, now int64, r Report, jitter float64, evs []Event) []Event {
+	o, n := r.Outcome, max(r.Count, 1)
 	switch o {
 	case OutcomeSuccess, OutcomeClientError:
 		switch s.phase() {
@@ -127,7 +171,9 @@ func (s *State) verdict(p Policy, now int64, o Outcome, n int64, jitter float64,
 			s.Failures = min(s.Failures+1, MaxCount)
 			s.Consecutive = min(s.Consecutive+1, MaxCount)
 			s.count(p, now, true, 1)
-			if (p.ConsecutiveFailures > 0 && s.Consecutive >= p.ConsecutiveFailures) || s.rateTripped(p, now) {
+			s.sawFailure(p, now, r.Reporter)
+			if ((p.ConsecutiveFailures > 0 && s.Consecutive >= p.ConsecutiveFailures) || s.rateTripped(p, now)) &&
+				s.quorate(p, now) {
 				return append(evs, s.trip(p, now, jitter))
 			}
 		}

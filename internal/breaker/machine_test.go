@@ -1366,11 +1366,11 @@ func TestOneVerdictPerLease(t *testing.T) {
 	t.Parallel()
 	p := testPolicy()
 	s := State{Phase: HalfOpen, Cause: CauseOpenExpired, Revision: 5, Reopens: 1}
-	first, _ := s.Admit(p, n, "a")
+	first, _ := s.Admit(p, n, Attempt{Nonce: "a"})
 	require.Equal(t, AllowProbe, first.Decision)
 	res, _ := s.Report(p, n+1, Report{Revision: first.Revision, LeaseToken: first.Lease.Token, Outcome: OutcomeCanceled}, 0)
 	require.True(t, res.Accepted)
-	second, _ := s.Admit(p, n+2, "b")
+	second, _ := s.Admit(p, n+2, Attempt{Nonce: "b"})
 	require.Equal(t, AllowProbe, second.Decision)
 	late, evs := s.Report(p, n+3, Report{Revision: first.Revision, LeaseToken: first.Lease.Token, Outcome: OutcomeTransientFailure}, 0)
 	assert.False(t, late.Accepted, "the canceled probe gave up its verdict")

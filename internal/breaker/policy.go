@@ -20,6 +20,8 @@ const (
 	MaxCount = 100000
 	// MaxReopens caps the consecutive re-open count.
 	MaxReopens = 64
+	// MaxQuorum caps the trip quorum (and so the reporters a state keeps).
+	MaxQuorum = 16
 )
 
 // Policy holds the tunables of one connection's breaker. The zero value of
@@ -66,6 +68,38 @@ type Policy struct {
 	MaxProbes int
 	// LeaseTTL is a probe lease's time to live unless extended. Default 30 s.
 	LeaseTTL time.Duration
+
+	// The fleet rules (docs/policies.md): counts over FleetWindow of every
+	// process's calls, kept only while a rule that reads them is on.
+
+	// RetryBudget caps retries on a connection at this fraction of the
+	// fleet's first attempts over FleetWindow, in [0, 1]; a retry over it
+	// is denied with ReasonRetryBudget. 0 disables the budget. Default 0.2.
+	RetryBudget float64
+	// RetryBudgetMin is how many retries per second the budget allows
+	// whatever the ratio (so a quiet connection can still retry), 0 to
+	// 1000. Default 3.
+	RetryBudgetMin int
+	// ThrottleK is the adaptive throttle's K (Google SRE's client-side
+	// throttling, over the fleet): while closed, a call is rejected with
+	// probability max(0, (requests − K·accepts) / (requests + 1)) over
+	// FleetWindow, with ReasonThrottled. 0 disables it; otherwise in
+	// [1, 10]. Default 0.
+	ThrottleK float64
+	// TripQuorum makes ambiguous failures (transient: timeouts, resets,
+	// 5xx) trip the breaker only once this many distinct reporters saw
+	// them within FleetWindow, 0 to 16; 0 and 1 mean any one reporter. An
+	// explicit answer (429, overloaded, quota, auth) is authoritative from
+	// one reporter whatever it is. Default 0.
+	TripQuorum int
+	// FleetWindow is the window of the fleet rules' counts (two aligned
+	// buckets, the older one weighted by its overlap), 1 ms to 10 min.
+	// Default 30 s.
+	FleetWindow time.Duration
+	// Shadow computes and publishes every decision and transition but
+	// allows every call the policy would deny (operator overrides are
+	// still enforced). Default false.
+	Shadow bool
 }
 
 // DefaultPolicy returns the documented defaults (DESIGN.md, with jitter
@@ -85,6 +119,9 @@ func DefaultPolicy() Policy {
 		AuthBlock:           5 * time.Minute,
 		MaxProbes:           1,
 		LeaseTTL:            30 * time.Second,
+		RetryBudget:         0.2,
+		RetryBudgetMin:      3,
+		FleetWindow:         30 * time.Second,
 	}
 }
 
@@ -116,9 +153,26 @@ func (p Policy) Validate() error {
 		return &PolicyError{Knob: openMax, say: func(name func(*Knob) string) string {
 			return fmt.Sprintf("%s (%s) must be at least %s (%s)", name(openMax), p.OpenMax, name(openBase), p.OpenBase)
 		}}
+	case p.RetryBudget > 0 && p.RetryBudgetBasisPoints() == 0:
+		return knobRetryBudget.errorf("must be at least 0.0001 (one basis point) or 0 to disable, got %v", p.RetryBudget)
+	case p.ThrottleK > 0 && p.ThrottleK < 1:
+		return knobThrottleK.errorf("must be 0 (off) or in [1, 10], got %v", p.ThrottleK)
+	case p.fleetRules() && (p.FleetWindow < time.Millisecond || p.FleetWindow > MaxWindow):
+		fw := knobFleetWindow
+		return &PolicyError{Knob: fw, say: func(name func(*Knob) string) string {
+			return fmt.Sprintf("%s must be in [1ms, %s] while %s, %s or %s is on, got %s", name(fw), MaxWindow,
+				name(knobRetryBudget), name(knobThrottleK), name(knobTripQuorum), p.FleetWindow)
+		}}
 	}
 	return nil
 }
+
+// fleetRules says whether a rule that reads the fleet window is on.
+func (p Policy) fleetRules() bool { return p.RetryBudget > 0 || p.ThrottleK > 0 || p.TripQuorum > 1 }
+
+// RetryBudgetBasisPoints is RetryBudget in basis points (1..10000), 0 when
+// disabled: the integer form the Redis scripts compare with.
+func (p Policy) RetryBudgetBasisPoints() int64 { return int64(math.Round(p.RetryBudget * 10000)) }
 
 // RateBasisPoints is FailureRate in basis points (1..10000), 0 when
 // disabled: the integer form the Redis scripts compare with.

@@ -52,6 +52,10 @@ type State struct {
 	LastErrorCode string
 	ChangedAt     int64
 	UpdatedAt     int64
+	// Fleet holds the fleet rules' counts; Reporters the trip quorum's
+	// recent reporters of ambiguous failures, oldest first.
+	Fleet     Fleet
+	Reporters []Reporter
 }
 
 // Event is one state change.
@@ -72,6 +76,11 @@ type Verdict struct {
 	Revision   uint64
 	Phase      Phase
 	Lease      *Lease // on AllowProbe
+	// Shadowed is why a policy in shadow mode would have denied the call
+	// that Decision allows (ReasonNone otherwise), and ShadowRetryAfter
+	// the wait it would have given (ms).
+	Shadowed         DenyReason
+	ShadowRetryAfter int64
 }
 
 // Report is the outcome of one admitted call.
@@ -85,6 +94,12 @@ type Report struct {
 	// Count is how many successes admitted under Revision this report
 	// stands for (a client's batch); 0 means one. Only for OutcomeSuccess.
 	Count int64
+	// Retry says the call was a retry on this connection: only first
+	// attempts are the retry budget's base.
+	Retry bool
+	// Reporter is the reporting process, for the trip quorum; reports
+	// without one count as one reporter together.
+	Reporter string
 }
 
 // ReportResult says what a report did.
@@ -138,6 +153,7 @@ func nextRevision(rev uint64, at int64) uint64 {
 func (s *State) resetCounts() {
 	s.Consecutive = 0
 	s.Window = Window{}
+	s.Reporters = nil
 }
 
 // Settle applies what time alone does: expired leases lapse, an expired

@@ -99,9 +99,14 @@ const (
 	ReasonAuth          DenyReason = 5
 	ReasonForcedOpen    DenyReason = 6
 	ReasonOverloaded    DenyReason = 7
+	// ReasonRetryBudget: a retry over the fleet's retry budget.
+	ReasonRetryBudget DenyReason = 8
+	// ReasonThrottled: the adaptive throttle rejected the call.
+	ReasonThrottled DenyReason = 9
 )
 
-var reasonNames = [...]string{"none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded"}
+var reasonNames = [...]string{"none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded",
+	"retry_budget", "throttled"}
 
 // String returns the reason's snake_case name ("none" when not denied).
 func (r DenyReason) String() string { return name(reasonNames[:], r, "reason") }

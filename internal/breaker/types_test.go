@@ -62,8 +62,8 @@ func TestEnumNames(t *testing.T) {
 		{"outcome", []string{"unspecified", "success", "transient_failure", "rate_limited", "overloaded", "quota_exhausted",
 			"auth_failure", "client_error", "canceled"}, func(v uint8) string { return Outcome(v).String() }, 0, 9},
 		{"decision", []string{"allow", "allow_probe", "deny"}, func(v uint8) string { return Decision(v).String() }, 1, 4},
-		{"reason", []string{"none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded"},
-			func(v uint8) string { return DenyReason(v).String() }, 0, 8},
+		{"reason", []string{"none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded",
+			"retry_budget", "throttled"}, func(v uint8) string { return DenyReason(v).String() }, 0, 10},
 		{"override", []string{"none", "forced_open", "forced_closed"}, func(v uint8) string { return Override(v).String() }, 0, 3},
 	}
 	for _, tt := range tests {

@@ -95,7 +95,7 @@ func (w *world) step(ctx context.Context, k int) string {
 	case op < 30:
 		got, err := w.st.Admit(ctx, c)
 		require.NoError(w.t, err)
-		want, evs := m.Admit(w.policy, w.now, w.nonce)
+		want, evs := m.Admit(w.policy, w.now, breaker.Attempt{Nonce: w.nonce})
 		w.events[i] = append(w.events[i], evs...)
 		desc := fmt.Sprintf("admit %d → %+v", i, want)
 		require.Equal(w.t, shapes(evs), shapes(got.Events), desc)
@@ -195,7 +195,7 @@ func (w *world) admitFirst(ctx context.Context) string {
 	wantIdx := 0
 	var want []breaker.Verdict
 	for j, i := range order {
-		v, evs := w.model[i].Admit(w.policy, w.now, w.nonce)
+		v, evs := w.model[i].Admit(w.policy, w.now, breaker.Attempt{Nonce: w.nonce})
 		w.events[i] = append(w.events[i], evs...)
 		want = append(want, v)
 		desc := fmt.Sprintf("admit first %v: candidate %d → %+v", order, j, v)

@@ -21,7 +21,7 @@ func TestMayOpenCoversTheModel(t *testing.T) {
 		for step := range 40 {
 			now += rng.Int64N(1500)
 			if rng.IntN(6) == 0 {
-				if v, _ := s.Admit(p, now, "n"); v.Decision == breaker.AllowProbe {
+				if v, _ := s.Admit(p, now, breaker.Attempt{Nonce: "n"}); v.Decision == breaker.AllowProbe {
 					continue
 				}
 			}

@@ -16,6 +16,9 @@ type Conn struct {
 	Tenant string
 	ID     keys.ID
 	Label  string
+	// Retry says, in an Admit, that the call was already sent to this
+	// connection: a retry, charged to its fleet retry budget.
+	Retry bool
 }
 
 func (c Conn) layout() keys.Layout { return keys.Layout{Tenant: c.Tenant, ID: c.ID} }

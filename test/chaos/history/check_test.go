@@ -33,7 +33,7 @@ func simulate(seed uint64, n int) []Op {
 		now += int64(r.IntN(120))
 		o := Op{Process: i % 4, Conn: "c0", Call: now - 1, Return: now + 1}
 		if len(admitted) == 0 || r.IntN(3) == 0 {
-			v, _ := s.Admit(p, now, fmt.Sprintf("n%d", i))
+			v, _ := s.Admit(p, now, breaker.Attempt{Nonce: fmt.Sprintf("n%d", i)})
 			o.Kind = Admit
 			o.Res = Result{ServerTime: now, Decision: int(v.Decision), Reason: int(v.Reason), Revision: v.Revision}
 			switch v.Decision {

@@ -83,7 +83,7 @@ func step(p breaker.Policy, m mstate, op Op) []any {
 		if op.Res.LeaseToken != "" {
 			nonce = op.Res.LeaseToken[strings.LastIndexByte(op.Res.LeaseToken, '.')+1:]
 		}
-		v, _ := s.Admit(p, now, nonce)
+		v, _ := s.Admit(p, now, breaker.Attempt{Nonce: nonce})
 		if int(v.Decision) != op.Res.Decision || v.Revision != op.Res.Revision {
 			return nil
 		}

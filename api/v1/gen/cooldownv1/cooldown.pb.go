@@ -109,6 +109,13 @@ const (
 	DenyReason_DENY_REASON_FORCED_OPEN DenyReason = 6
 	// The provider said it is overloaded; a cooldown with a floor runs.
 	DenyReason_DENY_REASON_OVERLOADED DenyReason = 7
+	// The call is a retry on this connection and the fleet's retry budget
+	// for it is spent (Policy.retry_budget): fall back instead of waiting.
+	// retry_after is at most when the budget's current bucket ends.
+	DenyReason_DENY_REASON_RETRY_BUDGET DenyReason = 8
+	// The connection is degraded and the fleet's adaptive throttle rejected
+	// this call (Policy.throttle_k): fall back, or fail the call.
+	DenyReason_DENY_REASON_THROTTLED DenyReason = 9
 )
 
 // Enum value maps for DenyReason.
@@ -122,6 +129,8 @@ var (
 		5: "DENY_REASON_AUTH",
 		6: "DENY_REASON_FORCED_OPEN",
 		7: "DENY_REASON_OVERLOADED",
+		8: "DENY_REASON_RETRY_BUDGET",
+		9: "DENY_REASON_THROTTLED",
 	}
 	DenyReason_value = map[string]int32{
 		"DENY_REASON_UNSPECIFIED":     0,
@@ -132,6 +141,8 @@ var (
 		"DENY_REASON_AUTH":            5,
 		"DENY_REASON_FORCED_OPEN":     6,
 		"DENY_REASON_OVERLOADED":      7,
+		"DENY_REASON_RETRY_BUDGET":    8,
+		"DENY_REASON_THROTTLED":       9,
 	}
 )
 
@@ -541,7 +552,13 @@ type ConnectionState struct {
 	// The connection's tenant. Set when the caller may see several tenants
 	// (the operator role); empty for tenant-scoped callers, whose tenant is
 	// implied by their token.
-	Tenant        string `protobuf:"bytes,20,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Tenant string `protobuf:"bytes,20,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// The connection's policy is in shadow mode (Policy.shadow): its
+	// decisions and transitions are computed and published, not enforced.
+	Shadow bool `protobuf:"varint,21,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// The fleet's counts over the last Policy.fleet_window (the older bucket
+	// weighted by its overlap); see docs/policies.md.
+	Fleet         *FleetCounts `protobuf:"bytes,22,opt,name=fleet,proto3" json:"fleet,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -716,6 +733,116 @@ func (x *ConnectionState) GetTenant() string {
 	return ""
 }
 
+func (x *ConnectionState) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *ConnectionState) GetFleet() *FleetCounts {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+// FleetCounts are a connection's traffic counts over the last fleet
+// window, from every process's Admits and Reports. A count is only kept
+// while the policy rule that reads it is on.
+type FleetCounts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First attempts reported (the retry budget's base).
+	FirstAttempts float64 `protobuf:"fixed64,1,opt,name=first_attempts,json=firstAttempts,proto3" json:"first_attempts,omitempty"`
+	// Retries admitted (charged to the retry budget).
+	Retries float64 `protobuf:"fixed64,2,opt,name=retries,proto3" json:"retries,omitempty"`
+	// Calls reported and calls the throttle rejected (the throttle's
+	// requests).
+	Requests float64 `protobuf:"fixed64,3,opt,name=requests,proto3" json:"requests,omitempty"`
+	// Calls the provider accepted: successes and client errors.
+	Accepts float64 `protobuf:"fixed64,4,opt,name=accepts,proto3" json:"accepts,omitempty"`
+	// The throttle's rejection probability now, max(0, (requests - K *
+	// accepts) / (requests + 1)); applied only while closed.
+	ThrottleProbability float64 `protobuf:"fixed64,5,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
+	// Distinct reporters of transient failures within the window (the trip
+	// quorum's count).
+	FailureReporters uint32 `protobuf:"varint,6,opt,name=failure_reporters,json=failureReporters,proto3" json:"failure_reporters,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *FleetCounts) Reset() {
+	*x = FleetCounts{}
+	mi := &file_v1_cooldown_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FleetCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FleetCounts) ProtoMessage() {}
+
+func (x *FleetCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_cooldown_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FleetCounts.ProtoReflect.Descriptor instead.
+func (*FleetCounts) Descriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *FleetCounts) GetFirstAttempts() float64 {
+	if x != nil {
+		return x.FirstAttempts
+	}
+	return 0
+}
+
+func (x *FleetCounts) GetRetries() float64 {
+	if x != nil {
+		return x.Retries
+	}
+	return 0
+}
+
+func (x *FleetCounts) GetRequests() float64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *FleetCounts) GetAccepts() float64 {
+	if x != nil {
+		return x.Accepts
+	}
+	return 0
+}
+
+func (x *FleetCounts) GetThrottleProbability() float64 {
+	if x != nil {
+		return x.ThrottleProbability
+	}
+	return 0
+}
+
+func (x *FleetCounts) GetFailureReporters() uint32 {
+	if x != nil {
+		return x.FailureReporters
+	}
+	return 0
+}
+
 // Policy is the breaker policy in effect for one connection: the server's
 // flags, overridden by the policy file's default, tenant and label rules
 // (see docs/policies.md). A zero threshold or duration means its rule is
@@ -751,14 +878,34 @@ type Policy struct {
 	// Probe leases a half-open connection grants at once.
 	MaxProbes uint32 `protobuf:"varint,12,opt,name=max_probes,json=maxProbes,proto3" json:"max_probes,omitempty"`
 	// A probe lease's time to live unless extended.
-	LeaseTtl      *durationpb.Duration `protobuf:"bytes,13,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	LeaseTtl *durationpb.Duration `protobuf:"bytes,13,opt,name=lease_ttl,json=leaseTtl,proto3" json:"lease_ttl,omitempty"`
+	// Retries on this connection may be at most this fraction of the
+	// fleet's first attempts over fleet_window, in [0, 1]; 0: no budget.
+	RetryBudget float64 `protobuf:"fixed64,14,opt,name=retry_budget,json=retryBudget,proto3" json:"retry_budget,omitempty"`
+	// Retries per second the budget allows whatever the ratio.
+	RetryBudgetMin uint32 `protobuf:"varint,15,opt,name=retry_budget_min,json=retryBudgetMin,proto3" json:"retry_budget_min,omitempty"`
+	// The adaptive throttle's K: while closed, a call is rejected with
+	// probability max(0, (requests - K * accepts) / (requests + 1)) over
+	// fleet_window; 0: off, else at least 1.
+	ThrottleK float64 `protobuf:"fixed64,16,opt,name=throttle_k,json=throttleK,proto3" json:"throttle_k,omitempty"`
+	// Ambiguous failures (transient: timeouts, resets, 5xx) trip the breaker
+	// only once this many distinct reporters saw them within fleet_window;
+	// 0 or 1: any one reporter.
+	TripQuorum uint32 `protobuf:"varint,17,opt,name=trip_quorum,json=tripQuorum,proto3" json:"trip_quorum,omitempty"`
+	// The window of the fleet's counts: the retry budget, the throttle and
+	// the trip quorum.
+	FleetWindow *durationpb.Duration `protobuf:"bytes,18,opt,name=fleet_window,json=fleetWindow,proto3" json:"fleet_window,omitempty"`
+	// Shadow mode: decisions and transitions are computed and published, and
+	// every call the policy would deny is allowed (operator overrides are
+	// still enforced).
+	Shadow        bool `protobuf:"varint,19,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_v1_cooldown_proto_msgTypes[2]
+	mi := &file_v1_cooldown_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +917,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[2]
+	mi := &file_v1_cooldown_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +930,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{2}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Policy) GetConsecutiveFailures() uint32 {
@@ -877,6 +1024,48 @@ func (x *Policy) GetLeaseTtl() *durationpb.Duration {
 	return nil
 }
 
+func (x *Policy) GetRetryBudget() float64 {
+	if x != nil {
+		return x.RetryBudget
+	}
+	return 0
+}
+
+func (x *Policy) GetRetryBudgetMin() uint32 {
+	if x != nil {
+		return x.RetryBudgetMin
+	}
+	return 0
+}
+
+func (x *Policy) GetThrottleK() float64 {
+	if x != nil {
+		return x.ThrottleK
+	}
+	return 0
+}
+
+func (x *Policy) GetTripQuorum() uint32 {
+	if x != nil {
+		return x.TripQuorum
+	}
+	return 0
+}
+
+func (x *Policy) GetFleetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.FleetWindow
+	}
+	return nil
+}
+
+func (x *Policy) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
 // Transition is one state change of a connection.
 type Transition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -895,14 +1084,17 @@ type Transition struct {
 	// Who made it, for operator overrides.
 	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Operator's reason, for overrides.
-	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The connection's policy is in shadow mode: this transition was
+	// computed, not enforced.
+	Shadow        bool `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_v1_cooldown_proto_msgTypes[3]
+	mi := &file_v1_cooldown_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1106,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[3]
+	mi := &file_v1_cooldown_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1119,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{3}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Transition) GetConnection() *Connection {
@@ -986,19 +1178,30 @@ func (x *Transition) GetReason() string {
 	return ""
 }
 
+func (x *Transition) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
 // AdmitRequest asks to admit one call.
 type AdmitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Candidates in order of preference: the primary first, then fallbacks.
 	// 1 to 16 entries.
-	Candidates    []*Connection `protobuf:"bytes,1,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	Candidates []*Connection `protobuf:"bytes,1,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	// retry[i] says this call was already sent to candidates[i]: on that
+	// connection it is a retry, charged to its fleet retry budget. Missing
+	// entries are false (a first attempt); at most as many as candidates.
+	Retry         []bool `protobuf:"varint,2,rep,packed,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdmitRequest) Reset() {
 	*x = AdmitRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[4]
+	mi := &file_v1_cooldown_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1213,7 @@ func (x *AdmitRequest) String() string {
 func (*AdmitRequest) ProtoMessage() {}
 
 func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[4]
+	mi := &file_v1_cooldown_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,12 +1226,19 @@ func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRequest.ProtoReflect.Descriptor instead.
 func (*AdmitRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{4}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AdmitRequest) GetCandidates() []*Connection {
 	if x != nil {
 		return x.Candidates
+	}
+	return nil
+}
+
+func (x *AdmitRequest) GetRetry() []bool {
+	if x != nil {
+		return x.Retry
 	}
 	return nil
 }
@@ -1061,14 +1271,19 @@ type AdmitResponse struct {
 	// The server's clock (Redis TIME) at the decision: every timing rule
 	// was applied at this instant. Clients never need it to act; histories
 	// recorded for checking do.
-	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ServerTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	// The chosen candidate's policy is in shadow mode and would have denied
+	// this call: why (decision is then ALLOW, deny_reason unset).
+	ShadowDenyReason DenyReason `protobuf:"varint,12,opt,name=shadow_deny_reason,json=shadowDenyReason,proto3,enum=cooldown.v1.DenyReason" json:"shadow_deny_reason,omitempty"`
+	// With shadow_deny_reason: the retry_after it would have given.
+	ShadowRetryAfter *durationpb.Duration `protobuf:"bytes,13,opt,name=shadow_retry_after,json=shadowRetryAfter,proto3" json:"shadow_retry_after,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AdmitResponse) Reset() {
 	*x = AdmitResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[5]
+	mi := &file_v1_cooldown_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1295,7 @@ func (x *AdmitResponse) String() string {
 func (*AdmitResponse) ProtoMessage() {}
 
 func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[5]
+	mi := &file_v1_cooldown_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1308,7 @@ func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
 func (*AdmitResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{5}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AdmitResponse) GetDecision() Decision {
@@ -1173,6 +1388,20 @@ func (x *AdmitResponse) GetServerTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AdmitResponse) GetShadowDenyReason() DenyReason {
+	if x != nil {
+		return x.ShadowDenyReason
+	}
+	return DenyReason_DENY_REASON_UNSPECIFIED
+}
+
+func (x *AdmitResponse) GetShadowRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ShadowRetryAfter
+	}
+	return nil
+}
+
 // CandidateDecision is the answer for one examined candidate.
 type CandidateDecision struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1185,14 +1414,16 @@ type CandidateDecision struct {
 	// Its state.
 	State State `protobuf:"varint,4,opt,name=state,proto3,enum=cooldown.v1.State" json:"state,omitempty"`
 	// Its revision.
-	Revision      uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Revision uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Its policy is in shadow mode and would have denied the call: why.
+	ShadowDenyReason DenyReason `protobuf:"varint,6,opt,name=shadow_deny_reason,json=shadowDenyReason,proto3,enum=cooldown.v1.DenyReason" json:"shadow_deny_reason,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CandidateDecision) Reset() {
 	*x = CandidateDecision{}
-	mi := &file_v1_cooldown_proto_msgTypes[6]
+	mi := &file_v1_cooldown_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1435,7 @@ func (x *CandidateDecision) String() string {
 func (*CandidateDecision) ProtoMessage() {}
 
 func (x *CandidateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[6]
+	mi := &file_v1_cooldown_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1448,7 @@ func (x *CandidateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidateDecision.ProtoReflect.Descriptor instead.
 func (*CandidateDecision) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CandidateDecision) GetDecision() Decision {
@@ -1255,6 +1486,13 @@ func (x *CandidateDecision) GetRevision() uint64 {
 	return 0
 }
 
+func (x *CandidateDecision) GetShadowDenyReason() DenyReason {
+	if x != nil {
+		return x.ShadowDenyReason
+	}
+	return DenyReason_DENY_REASON_UNSPECIFIED
+}
+
 // ReportRequest records the outcome of one admitted call.
 type ReportRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1277,14 +1515,21 @@ type ReportRequest struct {
 	// healthy connection from its mirror reports its successes in batches
 	// (all admitted under revision). 0 means one; above 1 only with
 	// OUTCOME_SUCCESS, no lease token, at most 1,000,000.
-	Count         uint32 `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
+	Count uint32 `protobuf:"varint,8,opt,name=count,proto3" json:"count,omitempty"`
+	// The call was a retry on this connection (Admit's retry for it): only
+	// reports of first attempts are the retry budget's base.
+	Retry bool `protobuf:"varint,9,opt,name=retry,proto3" json:"retry,omitempty"`
+	// The reporting process: random per client process, 1 to 64 characters
+	// of [A-Za-z0-9._-]. The trip quorum counts distinct reporters; reports
+	// without one count as one reporter together.
+	Reporter      string `protobuf:"bytes,10,opt,name=reporter,proto3" json:"reporter,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[7]
+	mi := &file_v1_cooldown_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1541,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[7]
+	mi := &file_v1_cooldown_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1554,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReportRequest) GetConnection() *Connection {
@@ -1368,6 +1613,20 @@ func (x *ReportRequest) GetCount() uint32 {
 	return 0
 }
 
+func (x *ReportRequest) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
+func (x *ReportRequest) GetReporter() string {
+	if x != nil {
+		return x.Reporter
+	}
+	return ""
+}
+
 // ReportResponse says what the report changed.
 type ReportResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1387,7 +1646,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[8]
+	mi := &file_v1_cooldown_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1658,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[8]
+	mi := &file_v1_cooldown_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1671,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{8}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReportResponse) GetState() State {
@@ -1465,7 +1724,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[9]
+	mi := &file_v1_cooldown_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1736,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[9]
+	mi := &file_v1_cooldown_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1749,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{9}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExtendLeaseRequest) GetConnection() *Connection {
@@ -1525,7 +1784,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[10]
+	mi := &file_v1_cooldown_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1796,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[10]
+	mi := &file_v1_cooldown_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1809,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{10}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExtendLeaseResponse) GetLeaseExpiresAt() *timestamppb.Timestamp {
@@ -1577,7 +1836,7 @@ type GetConnectionRequest struct {
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[11]
+	mi := &file_v1_cooldown_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1848,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[11]
+	mi := &file_v1_cooldown_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1861,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{11}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetConnectionRequest) GetId() []byte {
@@ -1647,7 +1906,7 @@ type GetConnectionResponse struct {
 
 func (x *GetConnectionResponse) Reset() {
 	*x = GetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[12]
+	mi := &file_v1_cooldown_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1918,7 @@ func (x *GetConnectionResponse) String() string {
 func (*GetConnectionResponse) ProtoMessage() {}
 
 func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[12]
+	mi := &file_v1_cooldown_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1931,7 @@ func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*GetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{12}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetConnectionResponse) GetConnection() *ConnectionState {
@@ -1720,7 +1979,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1991,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +2004,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListConnectionsRequest) GetPageSize() uint32 {
@@ -1783,7 +2042,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +2054,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +2067,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionState {
@@ -1841,7 +2100,7 @@ type WatchConnectionsRequest struct {
 
 func (x *WatchConnectionsRequest) Reset() {
 	*x = WatchConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +2112,7 @@ func (x *WatchConnectionsRequest) String() string {
 func (*WatchConnectionsRequest) ProtoMessage() {}
 
 func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +2125,7 @@ func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchConnectionsRequest) GetSnapshot() bool {
@@ -1908,7 +2167,7 @@ type WatchConnectionsResponse struct {
 
 func (x *WatchConnectionsResponse) Reset() {
 	*x = WatchConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1920,7 +2179,7 @@ func (x *WatchConnectionsResponse) String() string {
 func (*WatchConnectionsResponse) ProtoMessage() {}
 
 func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1933,7 +2192,7 @@ func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchConnectionsResponse) GetConnection() *ConnectionState {
@@ -1970,7 +2229,7 @@ type ResetConnectionRequest struct {
 
 func (x *ResetConnectionRequest) Reset() {
 	*x = ResetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2241,7 @@ func (x *ResetConnectionRequest) String() string {
 func (*ResetConnectionRequest) ProtoMessage() {}
 
 func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2254,7 @@ func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ResetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResetConnectionRequest) GetId() []byte {
@@ -2023,7 +2282,7 @@ type ResetConnectionResponse struct {
 
 func (x *ResetConnectionResponse) Reset() {
 	*x = ResetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2294,7 @@ func (x *ResetConnectionResponse) String() string {
 func (*ResetConnectionResponse) ProtoMessage() {}
 
 func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2307,7 @@ func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ResetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResetConnectionResponse) GetConnection() *ConnectionState {
@@ -2075,7 +2334,7 @@ type ForceConnectionRequest struct {
 
 func (x *ForceConnectionRequest) Reset() {
 	*x = ForceConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2346,7 @@ func (x *ForceConnectionRequest) String() string {
 func (*ForceConnectionRequest) ProtoMessage() {}
 
 func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2359,7 @@ func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ForceConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ForceConnectionRequest) GetId() []byte {
@@ -2142,7 +2401,7 @@ type ForceConnectionResponse struct {
 
 func (x *ForceConnectionResponse) Reset() {
 	*x = ForceConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[20]
+	mi := &file_v1_cooldown_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +2413,7 @@ func (x *ForceConnectionResponse) String() string {
 func (*ForceConnectionResponse) ProtoMessage() {}
 
 func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[20]
+	mi := &file_v1_cooldown_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +2426,7 @@ func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ForceConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{20}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ForceConnectionResponse) GetConnection() *ConnectionState {
@@ -2185,7 +2444,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"Connection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
-	"\x05label\x18\x02 \x01(\tR\x05label\"\xd1\a\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\x99\b\n" +
 	"\x0fConnectionState\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -2213,7 +2472,16 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"changed_at\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\tchangedAt\x129\n" +
 	"\n" +
 	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x16\n" +
-	"\x06tenant\x18\x14 \x01(\tR\x06tenant\"\x8e\x05\n" +
+	"\x06tenant\x18\x14 \x01(\tR\x06tenant\x12\x16\n" +
+	"\x06shadow\x18\x15 \x01(\bR\x06shadow\x12.\n" +
+	"\x05fleet\x18\x16 \x01(\v2\x18.cooldown.v1.FleetCountsR\x05fleet\"\xe4\x01\n" +
+	"\vFleetCounts\x12%\n" +
+	"\x0efirst_attempts\x18\x01 \x01(\x01R\rfirstAttempts\x12\x18\n" +
+	"\aretries\x18\x02 \x01(\x01R\aretries\x12\x1a\n" +
+	"\brequests\x18\x03 \x01(\x01R\brequests\x12\x18\n" +
+	"\aaccepts\x18\x04 \x01(\x01R\aaccepts\x121\n" +
+	"\x14throttle_probability\x18\x05 \x01(\x01R\x13throttleProbability\x12+\n" +
+	"\x11failure_reporters\x18\x06 \x01(\rR\x10failureReporters\"\xf1\x06\n" +
 	"\x06Policy\x121\n" +
 	"\x14consecutive_failures\x18\x01 \x01(\rR\x13consecutiveFailures\x12!\n" +
 	"\ffailure_rate\x18\x02 \x01(\x01R\vfailureRate\x12\x1b\n" +
@@ -2231,7 +2499,15 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"auth_block\x18\v \x01(\v2\x19.google.protobuf.DurationR\tauthBlock\x12\x1d\n" +
 	"\n" +
 	"max_probes\x18\f \x01(\rR\tmaxProbes\x126\n" +
-	"\tlease_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\"\xb5\x02\n" +
+	"\tlease_ttl\x18\r \x01(\v2\x19.google.protobuf.DurationR\bleaseTtl\x12!\n" +
+	"\fretry_budget\x18\x0e \x01(\x01R\vretryBudget\x12(\n" +
+	"\x10retry_budget_min\x18\x0f \x01(\rR\x0eretryBudgetMin\x12\x1d\n" +
+	"\n" +
+	"throttle_k\x18\x10 \x01(\x01R\tthrottleK\x12\x1f\n" +
+	"\vtrip_quorum\x18\x11 \x01(\rR\n" +
+	"tripQuorum\x12<\n" +
+	"\ffleet_window\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\vfleetWindow\x12\x16\n" +
+	"\x06shadow\x18\x13 \x01(\bR\x06shadow\"\xcd\x02\n" +
 	"\n" +
 	"Transition\x127\n" +
 	"\n" +
@@ -2243,11 +2519,13 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x05cause\x18\x05 \x01(\x0e2\x12.cooldown.v1.CauseR\x05cause\x12\x1a\n" +
 	"\brevision\x18\x06 \x01(\x04R\brevision\x12\x14\n" +
 	"\x05actor\x18\a \x01(\tR\x05actor\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"G\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x16\n" +
+	"\x06shadow\x18\t \x01(\bR\x06shadow\"]\n" +
 	"\fAdmitRequest\x127\n" +
 	"\n" +
 	"candidates\x18\x01 \x03(\v2\x17.cooldown.v1.ConnectionR\n" +
-	"candidates\"\xca\x04\n" +
+	"candidates\x12\x14\n" +
+	"\x05retry\x18\x02 \x03(\bR\x05retry\"\xda\x05\n" +
 	"\rAdmitResponse\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x12'\n" +
 	"\x0fcandidate_index\x18\x02 \x01(\rR\x0ecandidateIndex\x12\x1a\n" +
@@ -2266,7 +2544,9 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	" \x03(\v2\x1e.cooldown.v1.CandidateDecisionR\n" +
 	"candidates\x12;\n" +
 	"\vserver_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"serverTime\"\x82\x02\n" +
+	"serverTime\x12E\n" +
+	"\x12shadow_deny_reason\x18\f \x01(\x0e2\x17.cooldown.v1.DenyReasonR\x10shadowDenyReason\x12G\n" +
+	"\x12shadow_retry_after\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10shadowRetryAfter\"\xc9\x02\n" +
 	"\x11CandidateDecision\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x128\n" +
 	"\vdeny_reason\x18\x02 \x01(\x0e2\x17.cooldown.v1.DenyReasonR\n" +
@@ -2274,7 +2554,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12(\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
-	"\brevision\x18\x05 \x01(\x04R\brevision\"\xc7\x02\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\x12E\n" +
+	"\x12shadow_deny_reason\x18\x06 \x01(\x0e2\x17.cooldown.v1.DenyReasonR\x10shadowDenyReason\"\xf9\x02\n" +
 	"\rReportRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -2289,7 +2570,10 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"httpStatus\x12\x1d\n" +
 	"\n" +
 	"error_code\x18\a \x01(\tR\terrorCode\x12\x14\n" +
-	"\x05count\x18\b \x01(\rR\x05count\"\xc9\x01\n" +
+	"\x05count\x18\b \x01(\rR\x05count\x12\x14\n" +
+	"\x05retry\x18\t \x01(\bR\x05retry\x12\x1a\n" +
+	"\breporter\x18\n" +
+	" \x01(\tR\breporter\"\xc9\x01\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
@@ -2356,7 +2640,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x14DECISION_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eDECISION_ALLOW\x10\x01\x12\x18\n" +
 	"\x14DECISION_ALLOW_PROBE\x10\x02\x12\x11\n" +
-	"\rDECISION_DENY\x10\x03*\xe0\x01\n" +
+	"\rDECISION_DENY\x10\x03*\x99\x02\n" +
 	"\n" +
 	"DenyReason\x12\x1b\n" +
 	"\x17DENY_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -2366,7 +2650,9 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x11DENY_REASON_QUOTA\x10\x04\x12\x14\n" +
 	"\x10DENY_REASON_AUTH\x10\x05\x12\x1b\n" +
 	"\x17DENY_REASON_FORCED_OPEN\x10\x06\x12\x1a\n" +
-	"\x16DENY_REASON_OVERLOADED\x10\a*U\n" +
+	"\x16DENY_REASON_OVERLOADED\x10\a\x12\x1c\n" +
+	"\x18DENY_REASON_RETRY_BUDGET\x10\b\x12\x19\n" +
+	"\x15DENY_REASON_THROTTLED\x10\t*U\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSTATE_CLOSED\x10\x01\x12\x0e\n" +
@@ -2426,7 +2712,7 @@ func file_v1_cooldown_proto_rawDescGZIP() []byte {
 }
 
 var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_v1_cooldown_proto_goTypes = []any{
 	(Decision)(0),                    // 0: cooldown.v1.Decision
 	(DenyReason)(0),                  // 1: cooldown.v1.DenyReason
@@ -2436,105 +2722,111 @@ var file_v1_cooldown_proto_goTypes = []any{
 	(Override)(0),                    // 5: cooldown.v1.Override
 	(*Connection)(nil),               // 6: cooldown.v1.Connection
 	(*ConnectionState)(nil),          // 7: cooldown.v1.ConnectionState
-	(*Policy)(nil),                   // 8: cooldown.v1.Policy
-	(*Transition)(nil),               // 9: cooldown.v1.Transition
-	(*AdmitRequest)(nil),             // 10: cooldown.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 11: cooldown.v1.AdmitResponse
-	(*CandidateDecision)(nil),        // 12: cooldown.v1.CandidateDecision
-	(*ReportRequest)(nil),            // 13: cooldown.v1.ReportRequest
-	(*ReportResponse)(nil),           // 14: cooldown.v1.ReportResponse
-	(*ExtendLeaseRequest)(nil),       // 15: cooldown.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),      // 16: cooldown.v1.ExtendLeaseResponse
-	(*GetConnectionRequest)(nil),     // 17: cooldown.v1.GetConnectionRequest
-	(*GetConnectionResponse)(nil),    // 18: cooldown.v1.GetConnectionResponse
-	(*ListConnectionsRequest)(nil),   // 19: cooldown.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),  // 20: cooldown.v1.ListConnectionsResponse
-	(*WatchConnectionsRequest)(nil),  // 21: cooldown.v1.WatchConnectionsRequest
-	(*WatchConnectionsResponse)(nil), // 22: cooldown.v1.WatchConnectionsResponse
-	(*ResetConnectionRequest)(nil),   // 23: cooldown.v1.ResetConnectionRequest
-	(*ResetConnectionResponse)(nil),  // 24: cooldown.v1.ResetConnectionResponse
-	(*ForceConnectionRequest)(nil),   // 25: cooldown.v1.ForceConnectionRequest
-	(*ForceConnectionResponse)(nil),  // 26: cooldown.v1.ForceConnectionResponse
-	(*timestamppb.Timestamp)(nil),    // 27: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
+	(*FleetCounts)(nil),              // 8: cooldown.v1.FleetCounts
+	(*Policy)(nil),                   // 9: cooldown.v1.Policy
+	(*Transition)(nil),               // 10: cooldown.v1.Transition
+	(*AdmitRequest)(nil),             // 11: cooldown.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 12: cooldown.v1.AdmitResponse
+	(*CandidateDecision)(nil),        // 13: cooldown.v1.CandidateDecision
+	(*ReportRequest)(nil),            // 14: cooldown.v1.ReportRequest
+	(*ReportResponse)(nil),           // 15: cooldown.v1.ReportResponse
+	(*ExtendLeaseRequest)(nil),       // 16: cooldown.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),      // 17: cooldown.v1.ExtendLeaseResponse
+	(*GetConnectionRequest)(nil),     // 18: cooldown.v1.GetConnectionRequest
+	(*GetConnectionResponse)(nil),    // 19: cooldown.v1.GetConnectionResponse
+	(*ListConnectionsRequest)(nil),   // 20: cooldown.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),  // 21: cooldown.v1.ListConnectionsResponse
+	(*WatchConnectionsRequest)(nil),  // 22: cooldown.v1.WatchConnectionsRequest
+	(*WatchConnectionsResponse)(nil), // 23: cooldown.v1.WatchConnectionsResponse
+	(*ResetConnectionRequest)(nil),   // 24: cooldown.v1.ResetConnectionRequest
+	(*ResetConnectionResponse)(nil),  // 25: cooldown.v1.ResetConnectionResponse
+	(*ForceConnectionRequest)(nil),   // 26: cooldown.v1.ForceConnectionRequest
+	(*ForceConnectionResponse)(nil),  // 27: cooldown.v1.ForceConnectionResponse
+	(*timestamppb.Timestamp)(nil),    // 28: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 29: google.protobuf.Duration
 }
 var file_v1_cooldown_proto_depIdxs = []int32{
 	6,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
 	2,  // 1: cooldown.v1.ConnectionState.state:type_name -> cooldown.v1.State
 	3,  // 2: cooldown.v1.ConnectionState.cause:type_name -> cooldown.v1.Cause
-	27, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
-	28, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
-	27, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
+	28, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
+	29, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
+	28, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: cooldown.v1.ConnectionState.last_outcome:type_name -> cooldown.v1.Outcome
 	5,  // 7: cooldown.v1.ConnectionState.override:type_name -> cooldown.v1.Override
-	27, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
-	27, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
-	27, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
-	28, // 11: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
-	28, // 12: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
-	28, // 13: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
-	28, // 14: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
-	28, // 15: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
-	28, // 16: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
-	28, // 17: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
-	28, // 18: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	6,  // 19: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
-	27, // 20: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	2,  // 21: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
-	2,  // 22: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
-	3,  // 23: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
-	6,  // 24: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
-	0,  // 25: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
-	28, // 26: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	27, // 27: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
-	1,  // 28: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
-	27, // 29: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 30: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
-	12, // 31: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	27, // 32: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
-	0,  // 33: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
-	1,  // 34: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	28, // 35: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
-	2,  // 36: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
-	6,  // 37: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
-	4,  // 38: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	28, // 39: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
-	2,  // 40: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	27, // 41: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
-	6,  // 42: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	28, // 43: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	27, // 44: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 45: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	9,  // 46: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	8,  // 47: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
-	7,  // 48: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	7,  // 49: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	9,  // 50: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	7,  // 51: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 52: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	28, // 53: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	7,  // 54: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	10, // 55: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	13, // 56: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	15, // 57: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	17, // 58: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	19, // 59: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	21, // 60: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	23, // 61: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	25, // 62: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	11, // 63: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	14, // 64: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	16, // 65: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	18, // 66: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	20, // 67: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	22, // 68: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	24, // 69: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	26, // 70: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	63, // [63:71] is the sub-list for method output_type
-	55, // [55:63] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	28, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
+	28, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
+	28, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
+	8,  // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
+	29, // 12: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
+	29, // 13: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
+	29, // 14: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
+	29, // 15: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
+	29, // 16: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
+	29, // 17: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
+	29, // 18: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
+	29, // 19: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	29, // 20: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
+	6,  // 21: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
+	28, // 22: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	2,  // 23: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
+	2,  // 24: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
+	3,  // 25: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
+	6,  // 26: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
+	0,  // 27: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
+	29, // 28: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	28, // 29: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
+	1,  // 30: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
+	28, // 31: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 32: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
+	13, // 33: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
+	28, // 34: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	1,  // 35: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
+	29, // 36: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
+	0,  // 37: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
+	1,  // 38: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
+	29, // 39: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	2,  // 40: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
+	1,  // 41: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
+	6,  // 42: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
+	4,  // 43: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
+	29, // 44: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	2,  // 45: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
+	28, // 46: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	6,  // 47: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	29, // 48: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	28, // 49: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 50: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	10, // 51: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	9,  // 52: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
+	7,  // 53: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	7,  // 54: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	10, // 55: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	7,  // 56: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 57: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	29, // 58: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	7,  // 59: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	11, // 60: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	14, // 61: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	16, // 62: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	18, // 63: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	20, // 64: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	22, // 65: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	24, // 66: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	26, // 67: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	12, // 68: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	15, // 69: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	17, // 70: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	19, // 71: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	21, // 72: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	23, // 73: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	25, // 74: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	27, // 75: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	68, // [68:76] is the sub-list for method output_type
+	60, // [60:68] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
@@ -2548,7 +2840,7 @@ func file_v1_cooldown_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_cooldown_proto_rawDesc), len(file_v1_cooldown_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -272,7 +272,7 @@ func sequence(rng *rand.Rand, steps int) trace {
 		var evs []breaker.Event
 		switch o.Kind {
 		case "admit":
-			v, e := s.Admit(p, now, o.Nonce)
+			v, e := s.Admit(p, now, breaker.Attempt{Nonce: o.Nonce})
 			evs = e
 			st.Verdict = &verdict{Decision: int(v.Decision), Reason: int(v.Reason), RetryAfter: v.RetryAfter,
 				Revision: v.Revision, Phase: int(v.Phase)}

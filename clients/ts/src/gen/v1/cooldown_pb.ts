@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file v1/cooldown.proto.
  */
 export const file_v1_cooldown: GenFile = /*@__PURE__*/
-  fileDesc("ChF2MS9jb29sZG93bi5wcm90bxILY29vbGRvd24udjEiJwoKQ29ubmVjdGlvbhIKCgJpZBgBIAEoDBINCgVsYWJlbBgCIAEoCSLUBQoPQ29ubmVjdGlvblN0YXRlEisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEiEKBXN0YXRlGAIgASgOMhIuY29vbGRvd24udjEuU3RhdGUSIQoFY2F1c2UYAyABKA4yEi5jb29sZG93bi52MS5DYXVzZRIQCghyZXZpc2lvbhgEIAEoBBIuCgpvcGVuX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgtyZXRyeV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBwcm9iZXNfaW5fZmxpZ2h0GAcgASgNEjQKEHByb2JlX3N0YXJ0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAkgASgNEg8KB3Jlb3BlbnMYCiABKA0SGAoQcmVjZW50X3N1Y2Nlc3NlcxgLIAEoBBIXCg9yZWNlbnRfZmFpbHVyZXMYDCABKAQSGAoQbGFzdF9odHRwX3N0YXR1cxgNIAEoDRIqCgxsYXN0X291dGNvbWUYDiABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEhcKD2xhc3RfZXJyb3JfY29kZRgPIAEoCRInCghvdmVycmlkZRgQIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEjIKDm92ZXJyaWRlX3VudGlsGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjaGFuZ2VkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYFCABKAki8QMKBlBvbGljeRIcChRjb25zZWN1dGl2ZV9mYWlsdXJlcxgBIAEoDRIUCgxmYWlsdXJlX3JhdGUYAiABKAESEQoJbWluX2NhbGxzGAMgASgNEikKBndpbmRvdxgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIsCglvcGVuX2Jhc2UYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SKwoIb3Blbl9tYXgYBiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGaml0dGVyGAcgASgBEjYKE3JhdGVfbGltaXRfY29vbGRvd24YCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMQoOb3ZlcmxvYWRfZmxvb3IYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoLcXVvdGFfYmxvY2sYCiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLQoKYXV0aF9ibG9jaxgLIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhISCgptYXhfcHJvYmVzGAwgASgNEiwKCWxlYXNlX3R0bBgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiL5AQoKVHJhbnNpdGlvbhIrCgpjb25uZWN0aW9uGAEgASgLMhcuY29vbGRvd24udjEuQ29ubmVjdGlvbhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIgCgRmcm9tGAMgASgOMhIuY29vbGRvd24udjEuU3RhdGUSHgoCdG8YBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIhCgVjYXVzZRgFIAEoDjISLmNvb2xkb3duLnYxLkNhdXNlEhAKCHJldmlzaW9uGAYgASgEEg0KBWFjdG9yGAcgASgJEg4KBnJlYXNvbhgIIAEoCSI7CgxBZG1pdFJlcXVlc3QSKwoKY2FuZGlkYXRlcxgBIAMoCzIXLmNvb2xkb3duLnYxLkNvbm5lY3Rpb24ixgMKDUFkbWl0UmVzcG9uc2USJwoIZGVjaXNpb24YASABKA4yFS5jb29sZG93bi52MS5EZWNpc2lvbhIXCg9jYW5kaWRhdGVfaW5kZXgYAiABKA0SEAoIcmV2aXNpb24YAyABKAQSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SMAoMYXZhaWxhYmxlX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCgtkZW55X3JlYXNvbhgGIAEoDjIXLmNvb2xkb3duLnYxLkRlbnlSZWFzb24SEwoLbGVhc2VfdG9rZW4YByABKAkSNAoQbGVhc2VfZXhwaXJlc19hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASIQoFc3RhdGUYCSABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIyCgpjYW5kaWRhdGVzGAogAygLMh4uY29vbGRvd24udjEuQ2FuZGlkYXRlRGVjaXNpb24SLwoLc2VydmVyX3RpbWUYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIs8BChFDYW5kaWRhdGVEZWNpc2lvbhInCghkZWNpc2lvbhgBIAEoDjIVLmNvb2xkb3duLnYxLkRlY2lzaW9uEiwKC2RlbnlfcmVhc29uGAIgASgOMhcuY29vbGRvd24udjEuRGVueVJlYXNvbhIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIhCgVzdGF0ZRgEIAEoDjISLmNvb2xkb3duLnYxLlN0YXRlEhAKCHJldmlzaW9uGAUgASgEIvIBCg1SZXBvcnRSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhAKCHJldmlzaW9uGAIgASgEEhMKC2xlYXNlX3Rva2VuGAMgASgJEiUKB291dGNvbWUYBCABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2h0dHBfc3RhdHVzGAYgASgNEhIKCmVycm9yX2NvZGUYByABKAkSDQoFY291bnQYCCABKA0imQEKDlJlcG9ydFJlc3BvbnNlEiEKBXN0YXRlGAEgASgOMhIuY29vbGRvd24udjEuU3RhdGUSEAoIcmV2aXNpb24YAiABKAQSEAoIYWNjZXB0ZWQYAyABKAgSDwoHY2hhbmdlZBgEIAEoCBIvCgtzZXJ2ZXJfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifgoSRXh0ZW5kTGVhc2VSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhMKC2xlYXNlX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJLChNFeHRlbmRMZWFzZVJlc3BvbnNlEjQKEGxlYXNlX2V4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkkKFEdldENvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEhUKDWhpc3RvcnlfbGltaXQYAiABKA0SDgoGdGVuYW50GAMgASgJIqcBChVHZXRDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIoCgdoaXN0b3J5GAIgAygLMhcuY29vbGRvd24udjEuVHJhbnNpdGlvbhIjCgZwb2xpY3kYAyABKAsyEy5jb29sZG93bi52MS5Qb2xpY3kSDQoFZm91bmQYBCABKAgiTwoWTGlzdENvbm5lY3Rpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiZQoXTGlzdENvbm5lY3Rpb25zUmVzcG9uc2USMQoLY29ubmVjdGlvbnMYASADKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKF1dhdGNoQ29ubmVjdGlvbnNSZXF1ZXN0EhAKCHNuYXBzaG90GAEgASgIEg4KBnRlbmFudBgCIAEoCSKLAQoYV2F0Y2hDb25uZWN0aW9uc1Jlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUSKwoKdHJhbnNpdGlvbhgCIAEoCzIXLmNvb2xkb3duLnYxLlRyYW5zaXRpb24SEAoIc25hcHNob3QYAyABKAgiNAoWUmVzZXRDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoDBIOCgZyZWFzb24YAiABKAkiSwoXUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZSKKAQoWRm9yY2VDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoDBInCghvdmVycmlkZRgCIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEisKCGR1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJLChdGb3JjZUNvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlKmUKCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASEgoOREVDSVNJT05fQUxMT1cQARIYChRERUNJU0lPTl9BTExPV19QUk9CRRACEhEKDURFQ0lTSU9OX0RFTlkQAyrgAQoKRGVueVJlYXNvbhIbChdERU5ZX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFERFTllfUkVBU09OX0NPT0xET1dOEAESFAoQREVOWV9SRUFTT05fT1BFThACEh8KG0RFTllfUkVBU09OX1BST0JFX0lOX0ZMSUdIVBADEhUKEURFTllfUkVBU09OX1FVT1RBEAQSFAoQREVOWV9SRUFTT05fQVVUSBAFEhsKF0RFTllfUkVBU09OX0ZPUkNFRF9PUEVOEAYSGgoWREVOWV9SRUFTT05fT1ZFUkxPQURFRBAHKlUKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASEAoMU1RBVEVfQ0xPU0VEEAESDgoKU1RBVEVfT1BFThACEhMKD1NUQVRFX0hBTEZfT1BFThADKoUCCgVDYXVzZRIVChFDQVVTRV9VTlNQRUNJRklFRBAAEhEKDUNBVVNFX0JSRUFLRVIQARIUChBDQVVTRV9SQVRFX0xJTUlUEAISEgoOQ0FVU0VfT1ZFUkxPQUQQAxIPCgtDQVVTRV9RVU9UQRAEEg4KCkNBVVNFX0FVVEgQBRIQCgxDQVVTRV9GT1JDRUQQBhIPCgtDQVVTRV9SRVNFVBAHEhcKE0NBVVNFX1BST0JFX1NVQ0NFU1MQCBIWChJDQVVTRV9PUEVOX0VYUElSRUQQCRIXChNDQVVTRV9GT1JDRV9FWFBJUkVEEAoSGgoWQ0FVU0VfT1ZFUlJJREVfQ0xFQVJFRBALKu8BCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABITCg9PVVRDT01FX1NVQ0NFU1MQARIdChlPVVRDT01FX1RSQU5TSUVOVF9GQUlMVVJFEAISGAoUT1VUQ09NRV9SQVRFX0xJTUlURUQQAxIWChJPVVRDT01FX09WRVJMT0FERUQQBBIbChdPVVRDT01FX1FVT1RBX0VYSEFVU1RFRBAFEhgKFE9VVENPTUVfQVVUSF9GQUlMVVJFEAYSGAoUT1VUQ09NRV9DTElFTlRfRVJST1IQBxIUChBPVVRDT01FX0NBTkNFTEVEEAgqWgoIT3ZlcnJpZGUSGAoUT1ZFUlJJREVfVU5TUEVDSUZJRUQQABIYChRPVkVSUklERV9GT1JDRURfT1BFThABEhoKFk9WRVJSSURFX0ZPUkNFRF9DTE9TRUQQAjKOBAoPQ29vbGRvd25TZXJ2aWNlEj4KBUFkbWl0EhkuY29vbGRvd24udjEuQWRtaXRSZXF1ZXN0GhouY29vbGRvd24udjEuQWRtaXRSZXNwb25zZRJBCgZSZXBvcnQSGi5jb29sZG93bi52MS5SZXBvcnRSZXF1ZXN0GhsuY29vbGRvd24udjEuUmVwb3J0UmVzcG9uc2USUAoLRXh0ZW5kTGVhc2USHy5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIC5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElsKDUdldENvbm5lY3Rpb24SIS5jb29sZG93bi52MS5HZXRDb25uZWN0aW9uUmVxdWVzdBoiLmNvb2xkb3duLnYxLkdldENvbm5lY3Rpb25SZXNwb25zZSIDkAIBEmEKD0xpc3RDb25uZWN0aW9ucxIjLmNvb2xkb3duLnYxLkxpc3RDb25uZWN0aW9uc1JlcXVlc3QaJC5jb29sZG93bi52MS5MaXN0Q29ubmVjdGlvbnNSZXNwb25zZSIDkAIBEmYKEFdhdGNoQ29ubmVjdGlvbnMSJC5jb29sZG93bi52MS5XYXRjaENvbm5lY3Rpb25zUmVxdWVzdBolLmNvb2xkb3duLnYxLldhdGNoQ29ubmVjdGlvbnNSZXNwb25zZSIDkAIBMAEyygEKDEFkbWluU2VydmljZRJcCg9SZXNldENvbm5lY3Rpb24SIy5jb29sZG93bi52MS5SZXNldENvbm5lY3Rpb25SZXF1ZXN0GiQuY29vbGRvd24udjEuUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USXAoPRm9yY2VDb25uZWN0aW9uEiMuY29vbGRvd24udjEuRm9yY2VDb25uZWN0aW9uUmVxdWVzdBokLmNvb2xkb3duLnYxLkZvcmNlQ29ubmVjdGlvblJlc3BvbnNlQjZaNGdpdGh1Yi5jb20vY29vbGRvd25kL2Nvb2xkb3duZC9hcGkvdjEvZ2VuL2Nvb2xkb3dudjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChF2MS9jb29sZG93bi5wcm90bxILY29vbGRvd24udjEiJwoKQ29ubmVjdGlvbhIKCgJpZBgBIAEoDBINCgVsYWJlbBgCIAEoCSKNBgoPQ29ubmVjdGlvblN0YXRlEisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEiEKBXN0YXRlGAIgASgOMhIuY29vbGRvd24udjEuU3RhdGUSIQoFY2F1c2UYAyABKA4yEi5jb29sZG93bi52MS5DYXVzZRIQCghyZXZpc2lvbhgEIAEoBBIuCgpvcGVuX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgtyZXRyeV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBwcm9iZXNfaW5fZmxpZ2h0GAcgASgNEjQKEHByb2JlX3N0YXJ0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAkgASgNEg8KB3Jlb3BlbnMYCiABKA0SGAoQcmVjZW50X3N1Y2Nlc3NlcxgLIAEoBBIXCg9yZWNlbnRfZmFpbHVyZXMYDCABKAQSGAoQbGFzdF9odHRwX3N0YXR1cxgNIAEoDRIqCgxsYXN0X291dGNvbWUYDiABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEhcKD2xhc3RfZXJyb3JfY29kZRgPIAEoCRInCghvdmVycmlkZRgQIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEjIKDm92ZXJyaWRlX3VudGlsGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjaGFuZ2VkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYFCABKAkSDgoGc2hhZG93GBUgASgIEicKBWZsZWV0GBYgASgLMhguY29vbGRvd24udjEuRmxlZXRDb3VudHMikgEKC0ZsZWV0Q291bnRzEhYKDmZpcnN0X2F0dGVtcHRzGAEgASgBEg8KB3JldHJpZXMYAiABKAESEAoIcmVxdWVzdHMYAyABKAESDwoHYWNjZXB0cxgEIAEoARIcChR0aHJvdHRsZV9wcm9iYWJpbGl0eRgFIAEoARIZChFmYWlsdXJlX3JlcG9ydGVycxgGIAEoDSKLBQoGUG9saWN5EhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAEgASgNEhQKDGZhaWx1cmVfcmF0ZRgCIAEoARIRCgltaW5fY2FsbHMYAyABKA0SKQoGd2luZG93GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW9wZW5fYmFzZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghvcGVuX21heBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZqaXR0ZXIYByABKAESNgoTcmF0ZV9saW1pdF9jb29sZG93bhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIxCg5vdmVybG9hZF9mbG9vchgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgtxdW90YV9ibG9jaxgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgphdXRoX2Jsb2NrGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhIKCm1heF9wcm9iZXMYDCABKA0SLAoJbGVhc2VfdHRsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDHJldHJ5X2J1ZGdldBgOIAEoARIYChByZXRyeV9idWRnZXRfbWluGA8gASgNEhIKCnRocm90dGxlX2sYECABKAESEwoLdHJpcF9xdW9ydW0YESABKA0SLwoMZmxlZXRfd2luZG93GBIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnNoYWRvdxgTIAEoCCKJAgoKVHJhbnNpdGlvbhIrCgpjb25uZWN0aW9uGAEgASgLMhcuY29vbGRvd24udjEuQ29ubmVjdGlvbhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIgCgRmcm9tGAMgASgOMhIuY29vbGRvd24udjEuU3RhdGUSHgoCdG8YBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIhCgVjYXVzZRgFIAEoDjISLmNvb2xkb3duLnYxLkNhdXNlEhAKCHJldmlzaW9uGAYgASgEEg0KBWFjdG9yGAcgASgJEg4KBnJlYXNvbhgIIAEoCRIOCgZzaGFkb3cYCSABKAgiSgoMQWRtaXRSZXF1ZXN0EisKCmNhbmRpZGF0ZXMYASADKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEg0KBXJldHJ5GAIgAygIIrIECg1BZG1pdFJlc3BvbnNlEicKCGRlY2lzaW9uGAEgASgOMhUuY29vbGRvd24udjEuRGVjaXNpb24SFwoPY2FuZGlkYXRlX2luZGV4GAIgASgNEhAKCHJldmlzaW9uGAMgASgEEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDGF2YWlsYWJsZV9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLZGVueV9yZWFzb24YBiABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uEhMKC2xlYXNlX3Rva2VuGAcgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAkgASgOMhIuY29vbGRvd24udjEuU3RhdGUSMgoKY2FuZGlkYXRlcxgKIAMoCzIeLmNvb2xkb3duLnYxLkNhbmRpZGF0ZURlY2lzaW9uEi8KC3NlcnZlcl90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzChJzaGFkb3dfZGVueV9yZWFzb24YDCABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uEjUKEnNoYWRvd19yZXRyeV9hZnRlchgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiKEAgoRQ2FuZGlkYXRlRGVjaXNpb24SJwoIZGVjaXNpb24YASABKA4yFS5jb29sZG93bi52MS5EZWNpc2lvbhIsCgtkZW55X3JlYXNvbhgCIAEoDjIXLmNvb2xkb3duLnYxLkRlbnlSZWFzb24SLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SIQoFc3RhdGUYBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIQCghyZXZpc2lvbhgFIAEoBBIzChJzaGFkb3dfZGVueV9yZWFzb24YBiABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uIpMCCg1SZXBvcnRSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhAKCHJldmlzaW9uGAIgASgEEhMKC2xlYXNlX3Rva2VuGAMgASgJEiUKB291dGNvbWUYBCABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2h0dHBfc3RhdHVzGAYgASgNEhIKCmVycm9yX2NvZGUYByABKAkSDQoFY291bnQYCCABKA0SDQoFcmV0cnkYCSABKAgSEAoIcmVwb3J0ZXIYCiABKAkimQEKDlJlcG9ydFJlc3BvbnNlEiEKBXN0YXRlGAEgASgOMhIuY29vbGRvd24udjEuU3RhdGUSEAoIcmV2aXNpb24YAiABKAQSEAoIYWNjZXB0ZWQYAyABKAgSDwoHY2hhbmdlZBgEIAEoCBIvCgtzZXJ2ZXJfdGltZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifgoSRXh0ZW5kTGVhc2VSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhMKC2xlYXNlX3Rva2VuGAIgASgJEiYKA3R0bBgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJLChNFeHRlbmRMZWFzZVJlc3BvbnNlEjQKEGxlYXNlX2V4cGlyZXNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkkKFEdldENvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEhUKDWhpc3RvcnlfbGltaXQYAiABKA0SDgoGdGVuYW50GAMgASgJIqcBChVHZXRDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIoCgdoaXN0b3J5GAIgAygLMhcuY29vbGRvd24udjEuVHJhbnNpdGlvbhIjCgZwb2xpY3kYAyABKAsyEy5jb29sZG93bi52MS5Qb2xpY3kSDQoFZm91bmQYBCABKAgiTwoWTGlzdENvbm5lY3Rpb25zUmVxdWVzdBIRCglwYWdlX3NpemUYASABKA0SEgoKcGFnZV90b2tlbhgCIAEoCRIOCgZ0ZW5hbnQYAyABKAkiZQoXTGlzdENvbm5lY3Rpb25zUmVzcG9uc2USMQoLY29ubmVjdGlvbnMYASADKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUSFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIjsKF1dhdGNoQ29ubmVjdGlvbnNSZXF1ZXN0EhAKCHNuYXBzaG90GAEgASgIEg4KBnRlbmFudBgCIAEoCSKLAQoYV2F0Y2hDb25uZWN0aW9uc1Jlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUSKwoKdHJhbnNpdGlvbhgCIAEoCzIXLmNvb2xkb3duLnYxLlRyYW5zaXRpb24SEAoIc25hcHNob3QYAyABKAgiNAoWUmVzZXRDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoDBIOCgZyZWFzb24YAiABKAkiSwoXUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZSKKAQoWRm9yY2VDb25uZWN0aW9uUmVxdWVzdBIKCgJpZBgBIAEoDBInCghvdmVycmlkZRgCIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEisKCGR1cmF0aW9uGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnJlYXNvbhgEIAEoCSJLChdGb3JjZUNvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlKmUKCERlY2lzaW9uEhgKFERFQ0lTSU9OX1VOU1BFQ0lGSUVEEAASEgoOREVDSVNJT05fQUxMT1cQARIYChRERUNJU0lPTl9BTExPV19QUk9CRRACEhEKDURFQ0lTSU9OX0RFTlkQAyqZAgoKRGVueVJlYXNvbhIbChdERU5ZX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKFERFTllfUkVBU09OX0NPT0xET1dOEAESFAoQREVOWV9SRUFTT05fT1BFThACEh8KG0RFTllfUkVBU09OX1BST0JFX0lOX0ZMSUdIVBADEhUKEURFTllfUkVBU09OX1FVT1RBEAQSFAoQREVOWV9SRUFTT05fQVVUSBAFEhsKF0RFTllfUkVBU09OX0ZPUkNFRF9PUEVOEAYSGgoWREVOWV9SRUFTT05fT1ZFUkxPQURFRBAHEhwKGERFTllfUkVBU09OX1JFVFJZX0JVREdFVBAIEhkKFURFTllfUkVBU09OX1RIUk9UVExFRBAJKlUKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASEAoMU1RBVEVfQ0xPU0VEEAESDgoKU1RBVEVfT1BFThACEhMKD1NUQVRFX0hBTEZfT1BFThADKoUCCgVDYXVzZRIVChFDQVVTRV9VTlNQRUNJRklFRBAAEhEKDUNBVVNFX0JSRUFLRVIQARIUChBDQVVTRV9SQVRFX0xJTUlUEAISEgoOQ0FVU0VfT1ZFUkxPQUQQAxIPCgtDQVVTRV9RVU9UQRAEEg4KCkNBVVNFX0FVVEgQBRIQCgxDQVVTRV9GT1JDRUQQBhIPCgtDQVVTRV9SRVNFVBAHEhcKE0NBVVNFX1BST0JFX1NVQ0NFU1MQCBIWChJDQVVTRV9PUEVOX0VYUElSRUQQCRIXChNDQVVTRV9GT1JDRV9FWFBJUkVEEAoSGgoWQ0FVU0VfT1ZFUlJJREVfQ0xFQVJFRBALKu8BCgdPdXRjb21lEhcKE09VVENPTUVfVU5TUEVDSUZJRUQQABITCg9PVVRDT01FX1NVQ0NFU1MQARIdChlPVVRDT01FX1RSQU5TSUVOVF9GQUlMVVJFEAISGAoUT1VUQ09NRV9SQVRFX0xJTUlURUQQAxIWChJPVVRDT01FX09WRVJMT0FERUQQBBIbChdPVVRDT01FX1FVT1RBX0VYSEFVU1RFRBAFEhgKFE9VVENPTUVfQVVUSF9GQUlMVVJFEAYSGAoUT1VUQ09NRV9DTElFTlRfRVJST1IQBxIUChBPVVRDT01FX0NBTkNFTEVEEAgqWgoIT3ZlcnJpZGUSGAoUT1ZFUlJJREVfVU5TUEVDSUZJRUQQABIYChRPVkVSUklERV9GT1JDRURfT1BFThABEhoKFk9WRVJSSURFX0ZPUkNFRF9DTE9TRUQQAjKOBAoPQ29vbGRvd25TZXJ2aWNlEj4KBUFkbWl0EhkuY29vbGRvd24udjEuQWRtaXRSZXF1ZXN0GhouY29vbGRvd24udjEuQWRtaXRSZXNwb25zZRJBCgZSZXBvcnQSGi5jb29sZG93bi52MS5SZXBvcnRSZXF1ZXN0GhsuY29vbGRvd24udjEuUmVwb3J0UmVzcG9uc2USUAoLRXh0ZW5kTGVhc2USHy5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIC5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElsKDUdldENvbm5lY3Rpb24SIS5jb29sZG93bi52MS5HZXRDb25uZWN0aW9uUmVxdWVzdBoiLmNvb2xkb3duLnYxLkdldENvbm5lY3Rpb25SZXNwb25zZSIDkAIBEmEKD0xpc3RDb25uZWN0aW9ucxIjLmNvb2xkb3duLnYxLkxpc3RDb25uZWN0aW9uc1JlcXVlc3QaJC5jb29sZG93bi52MS5MaXN0Q29ubmVjdGlvbnNSZXNwb25zZSIDkAIBEmYKEFdhdGNoQ29ubmVjdGlvbnMSJC5jb29sZG93bi52MS5XYXRjaENvbm5lY3Rpb25zUmVxdWVzdBolLmNvb2xkb3duLnYxLldhdGNoQ29ubmVjdGlvbnNSZXNwb25zZSIDkAIBMAEyygEKDEFkbWluU2VydmljZRJcCg9SZXNldENvbm5lY3Rpb24SIy5jb29sZG93bi52MS5SZXNldENvbm5lY3Rpb25SZXF1ZXN0GiQuY29vbGRvd24udjEuUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USXAoPRm9yY2VDb25uZWN0aW9uEiMuY29vbGRvd24udjEuRm9yY2VDb25uZWN0aW9uUmVxdWVzdBokLmNvb2xkb3duLnYxLkZvcmNlQ29ubmVjdGlvblJlc3BvbnNlQjZaNGdpdGh1Yi5jb20vY29vbGRvd25kL2Nvb2xkb3duZC9hcGkvdjEvZ2VuL2Nvb2xkb3dudjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Connection names one provider endpoint used with one credential, as a
@@ -200,6 +200,22 @@ export type ConnectionState = Message<"cooldown.v1.ConnectionState"> & {
    * @generated from field: string tenant = 20;
    */
   tenant: string;
+
+  /**
+   * The connection's policy is in shadow mode (Policy.shadow): its
+   * decisions and transitions are computed and published, not enforced.
+   *
+   * @generated from field: bool shadow = 21;
+   */
+  shadow: boolean;
+
+  /**
+   * The fleet's counts over the last Policy.fleet_window (the older bucket
+   * weighted by its overlap); see docs/policies.md.
+   *
+   * @generated from field: cooldown.v1.FleetCounts fleet = 22;
+   */
+  fleet?: FleetCounts | undefined;
 };
 
 /**
@@ -208,6 +224,67 @@ export type ConnectionState = Message<"cooldown.v1.ConnectionState"> & {
  */
 export const ConnectionStateSchema: GenMessage<ConnectionState> = /*@__PURE__*/
   messageDesc(file_v1_cooldown, 1);
+
+/**
+ * FleetCounts are a connection's traffic counts over the last fleet
+ * window, from every process's Admits and Reports. A count is only kept
+ * while the policy rule that reads it is on.
+ *
+ * @generated from message cooldown.v1.FleetCounts
+ */
+export type FleetCounts = Message<"cooldown.v1.FleetCounts"> & {
+  /**
+   * First attempts reported (the retry budget's base).
+   *
+   * @generated from field: double first_attempts = 1;
+   */
+  firstAttempts: number;
+
+  /**
+   * Retries admitted (charged to the retry budget).
+   *
+   * @generated from field: double retries = 2;
+   */
+  retries: number;
+
+  /**
+   * Calls reported and calls the throttle rejected (the throttle's
+   * requests).
+   *
+   * @generated from field: double requests = 3;
+   */
+  requests: number;
+
+  /**
+   * Calls the provider accepted: successes and client errors.
+   *
+   * @generated from field: double accepts = 4;
+   */
+  accepts: number;
+
+  /**
+   * The throttle's rejection probability now, max(0, (requests - K *
+   * accepts) / (requests + 1)); applied only while closed.
+   *
+   * @generated from field: double throttle_probability = 5;
+   */
+  throttleProbability: number;
+
+  /**
+   * Distinct reporters of transient failures within the window (the trip
+   * quorum's count).
+   *
+   * @generated from field: uint32 failure_reporters = 6;
+   */
+  failureReporters: number;
+};
+
+/**
+ * Describes the message cooldown.v1.FleetCounts.
+ * Use `create(FleetCountsSchema)` to create a new message.
+ */
+export const FleetCountsSchema: GenMessage<FleetCounts> = /*@__PURE__*/
+  messageDesc(file_v1_cooldown, 2);
 
 /**
  * Policy is the breaker policy in effect for one connection: the server's
@@ -312,6 +389,56 @@ export type Policy = Message<"cooldown.v1.Policy"> & {
    * @generated from field: google.protobuf.Duration lease_ttl = 13;
    */
   leaseTtl?: Duration | undefined;
+
+  /**
+   * Retries on this connection may be at most this fraction of the
+   * fleet's first attempts over fleet_window, in [0, 1]; 0: no budget.
+   *
+   * @generated from field: double retry_budget = 14;
+   */
+  retryBudget: number;
+
+  /**
+   * Retries per second the budget allows whatever the ratio.
+   *
+   * @generated from field: uint32 retry_budget_min = 15;
+   */
+  retryBudgetMin: number;
+
+  /**
+   * The adaptive throttle's K: while closed, a call is rejected with
+   * probability max(0, (requests - K * accepts) / (requests + 1)) over
+   * fleet_window; 0: off, else at least 1.
+   *
+   * @generated from field: double throttle_k = 16;
+   */
+  throttleK: number;
+
+  /**
+   * Ambiguous failures (transient: timeouts, resets, 5xx) trip the breaker
+   * only once this many distinct reporters saw them within fleet_window;
+   * 0 or 1: any one reporter.
+   *
+   * @generated from field: uint32 trip_quorum = 17;
+   */
+  tripQuorum: number;
+
+  /**
+   * The window of the fleet's counts: the retry budget, the throttle and
+   * the trip quorum.
+   *
+   * @generated from field: google.protobuf.Duration fleet_window = 18;
+   */
+  fleetWindow?: Duration | undefined;
+
+  /**
+   * Shadow mode: decisions and transitions are computed and published, and
+   * every call the policy would deny is allowed (operator overrides are
+   * still enforced).
+   *
+   * @generated from field: bool shadow = 19;
+   */
+  shadow: boolean;
 };
 
 /**
@@ -319,7 +446,7 @@ export type Policy = Message<"cooldown.v1.Policy"> & {
  * Use `create(PolicySchema)` to create a new message.
  */
 export const PolicySchema: GenMessage<Policy> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 2);
+  messageDesc(file_v1_cooldown, 3);
 
 /**
  * Transition is one state change of a connection.
@@ -382,6 +509,14 @@ export type Transition = Message<"cooldown.v1.Transition"> & {
    * @generated from field: string reason = 8;
    */
   reason: string;
+
+  /**
+   * The connection's policy is in shadow mode: this transition was
+   * computed, not enforced.
+   *
+   * @generated from field: bool shadow = 9;
+   */
+  shadow: boolean;
 };
 
 /**
@@ -389,7 +524,7 @@ export type Transition = Message<"cooldown.v1.Transition"> & {
  * Use `create(TransitionSchema)` to create a new message.
  */
 export const TransitionSchema: GenMessage<Transition> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 3);
+  messageDesc(file_v1_cooldown, 4);
 
 /**
  * AdmitRequest asks to admit one call.
@@ -404,6 +539,15 @@ export type AdmitRequest = Message<"cooldown.v1.AdmitRequest"> & {
    * @generated from field: repeated cooldown.v1.Connection candidates = 1;
    */
   candidates: Connection[];
+
+  /**
+   * retry[i] says this call was already sent to candidates[i]: on that
+   * connection it is a retry, charged to its fleet retry budget. Missing
+   * entries are false (a first attempt); at most as many as candidates.
+   *
+   * @generated from field: repeated bool retry = 2;
+   */
+  retry: boolean[];
 };
 
 /**
@@ -411,7 +555,7 @@ export type AdmitRequest = Message<"cooldown.v1.AdmitRequest"> & {
  * Use `create(AdmitRequestSchema)` to create a new message.
  */
 export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 4);
+  messageDesc(file_v1_cooldown, 5);
 
 /**
  * AdmitResponse is the decision for the first candidate that may go, or a
@@ -499,6 +643,21 @@ export type AdmitResponse = Message<"cooldown.v1.AdmitResponse"> & {
    * @generated from field: google.protobuf.Timestamp server_time = 11;
    */
   serverTime?: Timestamp | undefined;
+
+  /**
+   * The chosen candidate's policy is in shadow mode and would have denied
+   * this call: why (decision is then ALLOW, deny_reason unset).
+   *
+   * @generated from field: cooldown.v1.DenyReason shadow_deny_reason = 12;
+   */
+  shadowDenyReason: DenyReason;
+
+  /**
+   * With shadow_deny_reason: the retry_after it would have given.
+   *
+   * @generated from field: google.protobuf.Duration shadow_retry_after = 13;
+   */
+  shadowRetryAfter?: Duration | undefined;
 };
 
 /**
@@ -506,7 +665,7 @@ export type AdmitResponse = Message<"cooldown.v1.AdmitResponse"> & {
  * Use `create(AdmitResponseSchema)` to create a new message.
  */
 export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 5);
+  messageDesc(file_v1_cooldown, 6);
 
 /**
  * CandidateDecision is the answer for one examined candidate.
@@ -548,6 +707,13 @@ export type CandidateDecision = Message<"cooldown.v1.CandidateDecision"> & {
    * @generated from field: uint64 revision = 5;
    */
   revision: bigint;
+
+  /**
+   * Its policy is in shadow mode and would have denied the call: why.
+   *
+   * @generated from field: cooldown.v1.DenyReason shadow_deny_reason = 6;
+   */
+  shadowDenyReason: DenyReason;
 };
 
 /**
@@ -555,7 +721,7 @@ export type CandidateDecision = Message<"cooldown.v1.CandidateDecision"> & {
  * Use `create(CandidateDecisionSchema)` to create a new message.
  */
 export const CandidateDecisionSchema: GenMessage<CandidateDecision> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 6);
+  messageDesc(file_v1_cooldown, 7);
 
 /**
  * ReportRequest records the outcome of one admitted call.
@@ -622,6 +788,23 @@ export type ReportRequest = Message<"cooldown.v1.ReportRequest"> & {
    * @generated from field: uint32 count = 8;
    */
   count: number;
+
+  /**
+   * The call was a retry on this connection (Admit's retry for it): only
+   * reports of first attempts are the retry budget's base.
+   *
+   * @generated from field: bool retry = 9;
+   */
+  retry: boolean;
+
+  /**
+   * The reporting process: random per client process, 1 to 64 characters
+   * of [A-Za-z0-9._-]. The trip quorum counts distinct reporters; reports
+   * without one count as one reporter together.
+   *
+   * @generated from field: string reporter = 10;
+   */
+  reporter: string;
 };
 
 /**
@@ -629,7 +812,7 @@ export type ReportRequest = Message<"cooldown.v1.ReportRequest"> & {
  * Use `create(ReportRequestSchema)` to create a new message.
  */
 export const ReportRequestSchema: GenMessage<ReportRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 7);
+  messageDesc(file_v1_cooldown, 8);
 
 /**
  * ReportResponse says what the report changed.
@@ -678,7 +861,7 @@ export type ReportResponse = Message<"cooldown.v1.ReportResponse"> & {
  * Use `create(ReportResponseSchema)` to create a new message.
  */
 export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 8);
+  messageDesc(file_v1_cooldown, 9);
 
 /**
  * ExtendLeaseRequest extends a probe lease.
@@ -713,7 +896,7 @@ export type ExtendLeaseRequest = Message<"cooldown.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 9);
+  messageDesc(file_v1_cooldown, 10);
 
 /**
  * ExtendLeaseResponse confirms the extension.
@@ -734,7 +917,7 @@ export type ExtendLeaseResponse = Message<"cooldown.v1.ExtendLeaseResponse"> & {
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 10);
+  messageDesc(file_v1_cooldown, 11);
 
 /**
  * GetConnectionRequest names one connection.
@@ -771,7 +954,7 @@ export type GetConnectionRequest = Message<"cooldown.v1.GetConnectionRequest"> &
  * Use `create(GetConnectionRequestSchema)` to create a new message.
  */
 export const GetConnectionRequestSchema: GenMessage<GetConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 11);
+  messageDesc(file_v1_cooldown, 12);
 
 /**
  * GetConnectionResponse is one connection's state and history.
@@ -817,7 +1000,7 @@ export type GetConnectionResponse = Message<"cooldown.v1.GetConnectionResponse">
  * Use `create(GetConnectionResponseSchema)` to create a new message.
  */
 export const GetConnectionResponseSchema: GenMessage<GetConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 12);
+  messageDesc(file_v1_cooldown, 13);
 
 /**
  * ListConnectionsRequest pages through connections.
@@ -854,7 +1037,7 @@ export type ListConnectionsRequest = Message<"cooldown.v1.ListConnectionsRequest
  * Use `create(ListConnectionsRequestSchema)` to create a new message.
  */
 export const ListConnectionsRequestSchema: GenMessage<ListConnectionsRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 13);
+  messageDesc(file_v1_cooldown, 14);
 
 /**
  * ListConnectionsResponse is one page of connections, ordered by id (across
@@ -883,7 +1066,7 @@ export type ListConnectionsResponse = Message<"cooldown.v1.ListConnectionsRespon
  * Use `create(ListConnectionsResponseSchema)` to create a new message.
  */
 export const ListConnectionsResponseSchema: GenMessage<ListConnectionsResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 14);
+  messageDesc(file_v1_cooldown, 15);
 
 /**
  * WatchConnectionsRequest starts a watch.
@@ -914,7 +1097,7 @@ export type WatchConnectionsRequest = Message<"cooldown.v1.WatchConnectionsReque
  * Use `create(WatchConnectionsRequestSchema)` to create a new message.
  */
 export const WatchConnectionsRequestSchema: GenMessage<WatchConnectionsRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 15);
+  messageDesc(file_v1_cooldown, 16);
 
 /**
  * WatchConnectionsResponse is one change, or an empty message (no
@@ -959,7 +1142,7 @@ export type WatchConnectionsResponse = Message<"cooldown.v1.WatchConnectionsResp
  * Use `create(WatchConnectionsResponseSchema)` to create a new message.
  */
 export const WatchConnectionsResponseSchema: GenMessage<WatchConnectionsResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 16);
+  messageDesc(file_v1_cooldown, 17);
 
 /**
  * ResetConnectionRequest resets one connection.
@@ -987,7 +1170,7 @@ export type ResetConnectionRequest = Message<"cooldown.v1.ResetConnectionRequest
  * Use `create(ResetConnectionRequestSchema)` to create a new message.
  */
 export const ResetConnectionRequestSchema: GenMessage<ResetConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 17);
+  messageDesc(file_v1_cooldown, 18);
 
 /**
  * ResetConnectionResponse is the state after the reset.
@@ -1008,7 +1191,7 @@ export type ResetConnectionResponse = Message<"cooldown.v1.ResetConnectionRespon
  * Use `create(ResetConnectionResponseSchema)` to create a new message.
  */
 export const ResetConnectionResponseSchema: GenMessage<ResetConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 18);
+  messageDesc(file_v1_cooldown, 19);
 
 /**
  * ForceConnectionRequest forces a connection's state.
@@ -1050,7 +1233,7 @@ export type ForceConnectionRequest = Message<"cooldown.v1.ForceConnectionRequest
  * Use `create(ForceConnectionRequestSchema)` to create a new message.
  */
 export const ForceConnectionRequestSchema: GenMessage<ForceConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 19);
+  messageDesc(file_v1_cooldown, 20);
 
 /**
  * ForceConnectionResponse is the state after the override.
@@ -1071,7 +1254,7 @@ export type ForceConnectionResponse = Message<"cooldown.v1.ForceConnectionRespon
  * Use `create(ForceConnectionResponseSchema)` to create a new message.
  */
 export const ForceConnectionResponseSchema: GenMessage<ForceConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 20);
+  messageDesc(file_v1_cooldown, 21);
 
 /**
  * Decision is Admit's answer.
@@ -1176,6 +1359,23 @@ export enum DenyReason {
    * @generated from enum value: DENY_REASON_OVERLOADED = 7;
    */
   OVERLOADED = 7,
+
+  /**
+   * The call is a retry on this connection and the fleet's retry budget
+   * for it is spent (Policy.retry_budget): fall back instead of waiting.
+   * retry_after is at most when the budget's current bucket ends.
+   *
+   * @generated from enum value: DENY_REASON_RETRY_BUDGET = 8;
+   */
+  RETRY_BUDGET = 8,
+
+  /**
+   * The connection is degraded and the fleet's adaptive throttle rejected
+   * this call (Policy.throttle_k): fall back, or fail the call.
+   *
+   * @generated from enum value: DENY_REASON_THROTTLED = 9;
+   */
+  THROTTLED = 9,
 }
 
 /**
