@@ -1277,8 +1277,12 @@ type AdmitResponse struct {
 	ShadowDenyReason DenyReason `protobuf:"varint,12,opt,name=shadow_deny_reason,json=shadowDenyReason,proto3,enum=cooldown.v1.DenyReason" json:"shadow_deny_reason,omitempty"`
 	// With shadow_deny_reason: the retry_after it would have given.
 	ShadowRetryAfter *durationpb.Duration `protobuf:"bytes,13,opt,name=shadow_retry_after,json=shadowRetryAfter,proto3" json:"shadow_retry_after,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The chosen candidate's adaptive-throttle rejection probability after
+	// this decision (0 when its throttle is off or it is healthy). A client
+	// that admits calls on its own (a mirror) must not while it is above 0.
+	ThrottleProbability float64 `protobuf:"fixed64,14,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *AdmitResponse) Reset() {
@@ -1400,6 +1404,13 @@ func (x *AdmitResponse) GetShadowRetryAfter() *durationpb.Duration {
 		return x.ShadowRetryAfter
 	}
 	return nil
+}
+
+func (x *AdmitResponse) GetThrottleProbability() float64 {
+	if x != nil {
+		return x.ThrottleProbability
+	}
+	return 0
 }
 
 // CandidateDecision is the answer for one examined candidate.
@@ -1639,9 +1650,12 @@ type ReportResponse struct {
 	// Whether the report changed the state.
 	Changed bool `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
 	// The server's clock (Redis TIME) when the report was applied.
-	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ServerTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	// The connection's adaptive-throttle rejection probability after the
+	// report (0 when its throttle is off or it is healthy).
+	ThrottleProbability float64 `protobuf:"fixed64,6,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -1707,6 +1721,13 @@ func (x *ReportResponse) GetServerTime() *timestamppb.Timestamp {
 		return x.ServerTime
 	}
 	return nil
+}
+
+func (x *ReportResponse) GetThrottleProbability() float64 {
+	if x != nil {
+		return x.ThrottleProbability
+	}
+	return 0
 }
 
 // ExtendLeaseRequest extends a probe lease.
@@ -2525,7 +2546,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\x01 \x03(\v2\x17.cooldown.v1.ConnectionR\n" +
 	"candidates\x12\x14\n" +
-	"\x05retry\x18\x02 \x03(\bR\x05retry\"\xda\x05\n" +
+	"\x05retry\x18\x02 \x03(\bR\x05retry\"\x8d\x06\n" +
 	"\rAdmitResponse\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x12'\n" +
 	"\x0fcandidate_index\x18\x02 \x01(\rR\x0ecandidateIndex\x12\x1a\n" +
@@ -2546,7 +2567,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\vserver_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"serverTime\x12E\n" +
 	"\x12shadow_deny_reason\x18\f \x01(\x0e2\x17.cooldown.v1.DenyReasonR\x10shadowDenyReason\x12G\n" +
-	"\x12shadow_retry_after\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10shadowRetryAfter\"\xc9\x02\n" +
+	"\x12shadow_retry_after\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10shadowRetryAfter\x121\n" +
+	"\x14throttle_probability\x18\x0e \x01(\x01R\x13throttleProbability\"\xc9\x02\n" +
 	"\x11CandidateDecision\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x128\n" +
 	"\vdeny_reason\x18\x02 \x01(\x0e2\x17.cooldown.v1.DenyReasonR\n" +
@@ -2573,14 +2595,15 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x05count\x18\b \x01(\rR\x05count\x12\x14\n" +
 	"\x05retry\x18\t \x01(\bR\x05retry\x12\x1a\n" +
 	"\breporter\x18\n" +
-	" \x01(\tR\breporter\"\xc9\x01\n" +
+	" \x01(\tR\breporter\"\xfc\x01\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
 	"\baccepted\x18\x03 \x01(\bR\baccepted\x12\x18\n" +
 	"\achanged\x18\x04 \x01(\bR\achanged\x12;\n" +
 	"\vserver_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"serverTime\"\x9b\x01\n" +
+	"serverTime\x121\n" +
+	"\x14throttle_probability\x18\x06 \x01(\x01R\x13throttleProbability\"\x9b\x01\n" +
 	"\x12ExtendLeaseRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
