@@ -127,6 +127,13 @@ func duration(description string) *node {
 	return object("allOf", array(object("$ref", "#/definitions/duration")), "description", description)
 }
 
+// boolean is a switch's schema: true or false, as YAML writes them (the
+// policy file refuses any other spelling; --set passes true and false as
+// booleans too).
+func boolean(description string) *node {
+	return object("type", "boolean", "description", description)
+}
+
 // fileKnob is a knob's schema in a policy-file section.
 func fileKnob(k *breaker.Knob, inLabelRule bool) *node {
 	description := k.Flag() + ": " + k.Doc + "."
@@ -138,6 +145,8 @@ func fileKnob(k *breaker.Knob, inLabelRule bool) *node {
 		return bounded(k, "integer", description)
 	case breaker.Ratio:
 		return bounded(k, "number", description)
+	case breaker.Switch:
+		return boolean(description)
 	default:
 		return duration(description)
 	}
@@ -145,6 +154,7 @@ func fileKnob(k *breaker.Knob, inLabelRule bool) *node {
 
 // valueKnob is a knob's schema under the chart's policy. A ratio also
 // takes a decimal string (what --set passes); the chart checks its range.
+// A switch is a boolean.
 func valueKnob(k *breaker.Knob) *node {
 	description := k.Flag() + ": " + k.Doc + "."
 	switch k.Kind {
@@ -157,6 +167,8 @@ func valueKnob(k *breaker.Knob) *node {
 				"type", "string",
 				"description", "A decimal as --set passes it (e.g. \"0.25\"); the chart checks its range.",
 				"pattern", `^[0-9]*\.?[0-9]+$`)))
+	case breaker.Switch:
+		return boolean(description)
 	default:
 		return duration(description)
 	}

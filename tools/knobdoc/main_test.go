@@ -119,7 +119,8 @@ func mapKeys(m map[string]json.RawMessage) []string {
 }
 
 // TestSchemaKnob: each knob's schema has the table's bounds and names its
-// flag; a ratio under policy also takes the decimal string --set passes.
+// flag; a ratio under policy also takes the decimal string --set passes; a
+// switch is a boolean.
 func TestSchemaKnob(t *testing.T) {
 	t.Parallel()
 	type bounds struct {
@@ -148,6 +149,16 @@ func TestSchemaKnob(t *testing.T) {
 				assert.Contains(t, rule.Description, "Not allowed in a label rule")
 			} else {
 				assert.Equal(t, file, rule)
+			}
+			if k.Kind == breaker.Switch {
+				for _, b := range []bounds{file, value} {
+					assert.Equal(t, "boolean", b.Type, "a switch is true or false, nothing else")
+					assert.Nil(t, b.Minimum)
+					assert.Nil(t, b.Maximum)
+					assert.Empty(t, b.AllOf)
+					assert.Empty(t, b.OneOf)
+				}
+				return
 			}
 			if k.Kind == breaker.Span {
 				for _, b := range []bounds{file, value} {
@@ -182,12 +193,13 @@ func TestSchemaKnob(t *testing.T) {
 
 func TestValueName(t *testing.T) {
 	t.Parallel()
-	want := map[string]string{"consecutive-failures": "consecutiveFailures", "lease-ttl": "leaseTTL", "jitter": "jitter", "rate-limit-cooldown": "rateLimitCooldown"}
+	want := map[string]string{"consecutive-failures": "consecutiveFailures", "lease-ttl": "leaseTTL", "jitter": "jitter",
+		"rate-limit-cooldown": "rateLimitCooldown", "throttle-k": "throttleK", "retry-budget-min": "retryBudgetMin", "shadow": "shadow"}
 	for _, k := range breaker.Knobs() {
 		if w, ok := want[k.Name]; ok {
 			assert.Equal(t, w, ValueName(k))
 		}
-		assert.Regexp(t, `^[a-z]+([A-Z][a-z]+|TTL)*$`, ValueName(k))
+		assert.Regexp(t, `^[a-z]+([A-Z][a-z]*|TTL)*$`, ValueName(k))
 	}
 }
 
