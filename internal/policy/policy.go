@@ -9,6 +9,8 @@
 //	    labels:              # first matching pattern wins (path.Match syntax)
 //	      - match: "openai *"
 //	        rate_limit_cooldown: 5s
+//	      - match: "anthropic *"
+//	        shadow: true     # a switch: true or false, nothing else
 //
 // A label rule may change any knob but max_probes, which fixes how many
 // lease keys a connection has and so must be the same for all of a
@@ -102,17 +104,23 @@ func mapping(where string, n *yaml.Node, fn func(key string, k, v *yaml.Node) er
 	return nil
 }
 
-// knobValue reads a knob's value: an integer for a count, a number for a
-// ratio, a duration such as 10s (or 0) for a duration.
+// knobTags are the YAML tags a knob's value may have, by kind: an integer
+// for a count, a number for a ratio, a duration such as 10s (or 0) for a
+// duration, a boolean for a switch.
+var knobTags = map[breaker.Kind][]string{
+	breaker.Count:  {"!!int"},
+	breaker.Ratio:  {"!!int", "!!float"},
+	breaker.Span:   {"!!str", "!!int"},
+	breaker.Switch: {"!!bool"},
+}
+
+// knobValue reads a knob's value, as knobTags allows for its kind.
 func knobValue(where string, k *breaker.Knob, n *yaml.Node) (float64, error) {
-	tags := map[breaker.Kind][]string{
-		breaker.Count: {"!!int"},
-		breaker.Ratio: {"!!int", "!!float"},
-		breaker.Span:  {"!!str", "!!int"},
-	}[k.Kind]
-	if n.Kind != yaml.ScalarNode || !slices.Contains(tags, n.ShortTag()) {
+	if n.Kind != yaml.ScalarNode || !slices.Contains(knobTags[k.Kind], n.ShortTag()) {
 		return 0, syntaxError(where, n, "%s: want %s", k.Key(), k.Format())
 	}
+	// A !!bool is true, True, TRUE or their false (YAML 1.2: yes and on
+	// are strings, refused), each of which the knob's parser takes.
 	v, err := k.Parse(n.Value)
 	if err != nil {
 		return 0, syntaxError(where, n, "%s: %v", k.Key(), err)

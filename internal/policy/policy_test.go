@@ -91,6 +91,19 @@ func TestParseRejects(t *testing.T) {
 		{"section a list", "default: [jitter]", "default: line 1: want a mapping"},
 		{"labels a mapping", "tenants: {a: {labels: {match: x}}}", "tenants.a: line 1: labels: want a list of rules"},
 		{"match a number", "tenants: {a: {labels: [{match: 7}]}}", "match: want a label pattern"},
+		// A switch is a YAML boolean, nothing else: YAML 1.1's yes and on
+		// are strings in YAML 1.2, and a quoted true is a string.
+		{"switch yes", "default: {shadow: yes}", "default: line 1: shadow: want true or false"},
+		{"switch on", "tenants: {a: {shadow: on}}", "tenants.a: line 1: shadow: want true or false"},
+		{"switch quoted", "default: {shadow: 'true'}", "shadow: want true or false"},
+		{"switch a number", "default: {shadow: 1}", "shadow: want true or false"},
+		{"switch a list", "default: {shadow: [true]}", "shadow: want true or false"},
+		{"switch empty", "default: {shadow: }", "shadow: want true or false"},
+		{"switch tagged yes", "default: {shadow: !!bool yes}", `shadow: "yes" is not true or false`},
+		{"switch in a label rule a word", "tenants: {a: {labels: [{match: '*', shadow: enabled}]}}", "tenants.a.labels[0]: line 1: shadow: want true or false"},
+		{"ratio a boolean", "default: {retry_budget: true}", "retry_budget: want a number such as 0.5"},
+		{"count a boolean", "default: {trip_quorum: false}", "trip_quorum: want an integer"},
+		{"duration a boolean", "default: {fleet_window: true}", "fleet_window: want a duration"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -110,9 +123,19 @@ func TestErrorsNameTheFileKeys(t *testing.T) {
 		"consecutive_failures": "-1", "failure_rate": "1.5", "min_calls": "0", "window": "11m",
 		"open_base": "0s", "open_max": "-1s", "jitter": "1", "rate_limit_cooldown": "-1s",
 		"overload_floor": "-1s", "quota_block": "1500us", "auth_block": "-2s", "max_probes": "0", "lease_ttl": "-1s",
+		"retry_budget": "1.5", "retry_budget_min": "1001", "throttle_k": "0.5", "trip_quorum": "17", "fleet_window": "10m1ms",
 	}
-	require.Len(t, bad, len(breaker.Knobs()), "a bad value for every knob")
+	switches := 0
 	for _, k := range breaker.Knobs() {
+		if k.Kind == breaker.Switch {
+			switches++ // true and false are both valid: TestParseRejects has its bad syntax
+		}
+	}
+	require.Len(t, bad, len(breaker.Knobs())-switches, "a bad value for every knob but the switches")
+	for _, k := range breaker.Knobs() {
+		if k.Kind == breaker.Switch {
+			continue
+		}
 		key := k.Key()
 		require.Contains(t, bad, key)
 		for _, where := range []string{"default", "tenants.a", "tenants.a.labels[0]"} {
@@ -143,7 +166,10 @@ func TestEveryKnobInEverySection(t *testing.T) {
 	t.Parallel()
 	base := breaker.DefaultPolicy()
 	for _, k := range breaker.Knobs() {
-		value := map[breaker.Kind]string{breaker.Count: "2", breaker.Ratio: "0.375", breaker.Span: "11s"}[k.Kind]
+		value := map[breaker.Kind]string{breaker.Count: "2", breaker.Ratio: "0.375", breaker.Span: "11s", breaker.Switch: "true"}[k.Kind]
+		if k.Key() == "throttle_k" {
+			value = "2.5" // 0 or 1 to 10
+		}
 		want := base
 		v, err := k.Parse(value)
 		require.NoError(t, err)
@@ -161,9 +187,50 @@ func TestEveryKnobInEverySection(t *testing.T) {
 				r, err := policy.Parse([]byte(tc.doc), base)
 				require.NoError(t, err)
 				assert.Equal(t, want, r.For(tc.tenant, tc.label))
+				assert.NotEqual(t, base, want, "the value is not the default: the test sees it applied")
 			})
 		}
 	}
+}
+
+// TestSwitch: a switch takes each YAML 1.2 spelling of a boolean in every
+// section, and a layer's false turns off the layer below's true.
+func TestSwitch(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name, doc     string
+		tenant, label string
+		want          bool
+	}{
+		{"default true", "default: {shadow: true}", "anyone", "x", true},
+		{"default True", "default: {shadow: True}", "anyone", "x", true},
+		{"default TRUE", "default: {shadow: TRUE}", "anyone", "x", true},
+		{"tagged", "default: {shadow: !!bool true}", "anyone", "x", true},
+		{"default false", "default: {shadow: false}", "anyone", "x", false},
+		{"tenant over default", "default: {shadow: true}\ntenants: {a: {shadow: False}}", "a", "x", false},
+		{"another tenant keeps the default", "default: {shadow: true}\ntenants: {a: {shadow: false}}", "b", "x", true},
+		{"label rule over tenant", "tenants: {a: {shadow: false, labels: [{match: 'new *', shadow: true}]}}", "a", "new model", true},
+		{"label rule not matching", "tenants: {a: {labels: [{match: 'new *', shadow: true}]}}", "a", "old model", false},
+		{"label rule off over tenant on", "tenants: {a: {shadow: true, labels: [{match: '*', shadow: FALSE}]}}", "a", "any", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r, err := policy.Parse([]byte(tt.doc), breaker.DefaultPolicy())
+			require.NoError(t, err)
+			got := r.For(tt.tenant, tt.label)
+			assert.Equal(t, tt.want, got.Shadow)
+			want := breaker.DefaultPolicy()
+			want.Shadow = tt.want
+			assert.Equal(t, want, got, "nothing else moves")
+		})
+	}
+
+	base := breaker.DefaultPolicy()
+	base.Shadow = true // the flags' --shadow
+	r, err := policy.Parse([]byte("tenants: {a: {shadow: false}}"), base)
+	require.NoError(t, err)
+	assert.True(t, r.For("b", "").Shadow, "the flags' value where the file says nothing")
+	assert.False(t, r.For("a", "").Shadow, "the file's false over the flags' true")
 }
 
 func FuzzParse(f *testing.F) {
