@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -112,7 +114,7 @@ func cmdGet(ctx context.Context, e *env, args []string) error {
 	if e.g.output == "json" {
 		return e.printJSON(res)
 	}
-	e.printState(res.GetConnection())
+	e.printState(res.GetConnection(), res.GetPolicy())
 	if p := res.GetPolicy(); p != nil {
 		e.printPolicy(p)
 	}
@@ -127,8 +129,12 @@ func cmdGet(ctx context.Context, e *env, args []string) error {
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tFROM\tTO\tCAUSE\tREV\tACTOR\tREASON")
 	for _, t := range res.GetHistory() {
+		cause := orDash(enumText(t.GetCause().String(), "CAUSE_"))
+		if t.GetShadow() {
+			cause += " [shadow]"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(t.GetTime()), enumText(t.GetFrom().String(), "STATE_"),
-			enumText(t.GetTo().String(), "STATE_"), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision(),
+			enumText(t.GetTo().String(), "STATE_"), cause, t.GetRevision(),
 			orDash(t.GetActor()), orDash(t.GetReason()))
 	}
 	return tw.Flush()
@@ -212,6 +218,9 @@ func (e *env) printEvent(m *cooldownv1.WatchConnectionsResponse) error {
 	if t := m.GetTransition(); t != nil {
 		line := fmt.Sprintf("%-24s  %-8s  %-28s  %-9s → %-9s  %-13s  rev %d", stamp(t.GetTime()), shortID(c.GetConnection().GetId()), label,
 			enumText(t.GetFrom().String(), "STATE_"), enumText(t.GetTo().String(), "STATE_"), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision())
+		if t.GetShadow() {
+			line += "  [shadow: not enforced]"
+		}
 		if t.GetActor() != "" || t.GetReason() != "" {
 			line += "  " + strings.TrimPrefix(t.GetActor()+": "+t.GetReason(), ": ")
 		}
@@ -473,8 +482,9 @@ func hexIDs(b []byte) []byte {
 	})
 }
 
-// printState prints one connection's state as aligned fields.
-func (e *env) printState(c *cooldownv1.ConnectionState) {
+// printState prints one connection's state as aligned fields; p, its
+// effective policy (nil if unknown), explains the fleet counts.
+func (e *env) printState(c *cooldownv1.ConnectionState, p *cooldownv1.Policy) {
 	now := time.Now()
 	tw := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
@@ -492,6 +502,9 @@ func (e *env) printState(c *cooldownv1.ConnectionState) {
 		}
 	}
 	row("State", st)
+	if c.GetShadow() {
+		row("Shadow", shadowText(c))
+	}
 	if c.GetState() == cooldownv1.State_STATE_OPEN {
 		row("Left", left(c)+untilText(c.GetOpenUntil()))
 	}
@@ -522,8 +535,81 @@ func (e *env) printState(c *cooldownv1.ConnectionState) {
 		ch = stamp(c.GetChangedAt()) + " (" + ago(c.GetChangedAt(), now) + ")"
 	}
 	row("Last change", ch)
+	for _, f := range fleetRows(c, p) {
+		row(f[0], f[1])
+	}
 	_ = tw.Flush()
 }
+
+// shadowText says what a shadow policy means for this connection now.
+func shadowText(c *cooldownv1.ConnectionState) string {
+	const what = "its policy's decisions are computed and published, not enforced"
+	switch {
+	case c.GetOverride() != cooldownv1.Override_OVERRIDE_UNSPECIFIED:
+		return "yes: " + what + "; the operator override is enforced"
+	case c.GetState() != cooldownv1.State_STATE_CLOSED && c.GetState() != cooldownv1.State_STATE_UNSPECIFIED:
+		return "yes: this state is not enforced, calls are allowed (" + what + ")"
+	}
+	return "yes: " + what
+}
+
+// reasonText is a deny reason as the API names it: retry_budget,
+// throttled.
+func reasonText(r cooldownv1.DenyReason) string { return enumText(r.String(), "DENY_REASON_") }
+
+// fleetRows are the fleet counts of c (ConnectionState.fleet) as rows,
+// none when every count is zero; with its policy p they say which fleet
+// rule denies calls now, and why.
+func fleetRows(c *cooldownv1.ConnectionState, p *cooldownv1.Policy) [][2]string {
+	f := c.GetFleet()
+	if f.GetFirstAttempts() == 0 && f.GetRetries() == 0 && f.GetRequests() == 0 && f.GetAccepts() == 0 &&
+		f.GetThrottleProbability() == 0 && f.GetFailureReporters() == 0 {
+		return nil
+	}
+	over := ""
+	if w := p.GetFleetWindow().AsDuration(); p.GetFleetWindow() != nil && w > 0 {
+		over = " over " + durationText(w)
+	}
+	enforced := " are denied"
+	if c.GetShadow() {
+		enforced = " would be denied (shadow: not enforced)"
+	}
+	rows := [][2]string{{"Fleet" + over, fmt.Sprintf("%s first attempts, %s retries, %s requests, %s accepts",
+		count(f.GetFirstAttempts()), count(f.GetRetries()), count(f.GetRequests()), count(f.GetAccepts()))}}
+	if pr := f.GetThrottleProbability(); pr > 0 {
+		closed := c.GetOverride() == cooldownv1.Override_OVERRIDE_UNSPECIFIED &&
+			(c.GetState() == cooldownv1.State_STATE_CLOSED || c.GetState() == cooldownv1.State_STATE_UNSPECIFIED)
+		v := fmt.Sprintf("%s of calls%s (%s)", percent(pr), enforced, reasonText(cooldownv1.DenyReason_DENY_REASON_THROTTLED))
+		if !closed {
+			v = fmt.Sprintf("%s of calls once closed (%s; the throttle applies only while closed)", percent(pr), reasonText(cooldownv1.DenyReason_DENY_REASON_THROTTLED))
+		}
+		rows = append(rows, [2]string{"Throttle", v})
+	}
+	if b := p.GetRetryBudget(); b > 0 && p.GetFleetWindow() != nil {
+		allowed := max(float64(p.GetRetryBudgetMin())*p.GetFleetWindow().AsDuration().Seconds(), b*f.GetFirstAttempts())
+		v := fmt.Sprintf("%s of %s retries used", count(f.GetRetries()), count(allowed))
+		if f.GetRetries()+1 > allowed {
+			v = fmt.Sprintf("spent (%s of %s retries): further retries%s (%s) and should fall back",
+				count(f.GetRetries()), count(allowed), enforced, reasonText(cooldownv1.DenyReason_DENY_REASON_RETRY_BUDGET))
+		}
+		rows = append(rows, [2]string{"Retry budget", v})
+	}
+	if n := f.GetFailureReporters(); n > 0 || p.GetTripQuorum() > 1 {
+		v := fmt.Sprint(n)
+		if q := p.GetTripQuorum(); q > 1 {
+			v = fmt.Sprintf("%d of the %d that transient failures need to trip (trip quorum)", n, q)
+		}
+		rows = append(rows, [2]string{"Failure reporters", v})
+	}
+	return rows
+}
+
+// count writes a fleet count (weighted: the older bucket by its overlap)
+// with at most one decimal: 12, 12.5.
+func count(v float64) string { return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64) }
+
+// percent writes a probability as a percentage with at most one decimal.
+func percent(v float64) string { return strconv.FormatFloat(math.Round(v*1000)/10, 'f', -1, 64) + "%" }
 
 // ---- formatting --------------------------------------------------------
 
@@ -579,6 +665,9 @@ func stateText(c *cooldownv1.ConnectionState) string {
 	}
 	if o := c.GetOverride(); o != cooldownv1.Override_OVERRIDE_UNSPECIFIED {
 		s += " [" + enumText(o.String(), "OVERRIDE_") + "]"
+	}
+	if c.GetShadow() {
+		s += " [shadow]"
 	}
 	return s
 }
@@ -698,6 +787,33 @@ func (e *env) printPolicy(p *cooldownv1.Policy) {
 	row("Quota block", d(p.GetQuotaBlock(), "off"))
 	row("Auth block", d(p.GetAuthBlock(), "off"))
 	row("Probes", fmt.Sprintf("%d at a time, lease %s", p.GetMaxProbes(), d(p.GetLeaseTtl(), "-")))
+	budget, budgetMin := "off", "off (no retry budget)"
+	if b := p.GetRetryBudget(); b > 0 {
+		budget = fmt.Sprintf("%s of the fleet's first attempts over the fleet window", percent(b))
+		budgetMin = fmt.Sprintf("%d retries/s whatever the ratio", p.GetRetryBudgetMin())
+	}
+	row("Retry budget", budget)
+	row("Retry budget min", budgetMin)
+	throttle := "off"
+	if k := p.GetThrottleK(); k > 0 {
+		throttle = fmt.Sprintf("%g: while closed, reject with probability max(0, (requests - %g*accepts) / (requests + 1))", k, k)
+	}
+	row("Throttle K", throttle)
+	quorum := "off (one reporter's failures trip)"
+	if q := p.GetTripQuorum(); q > 1 {
+		quorum = fmt.Sprintf("%d distinct reporters of transient failures within the fleet window", q)
+	}
+	row("Trip quorum", quorum)
+	window := d(p.GetFleetWindow(), "off")
+	if p.GetRetryBudget() <= 0 && p.GetThrottleK() <= 0 && p.GetTripQuorum() <= 1 && window != "off" {
+		window += " (unused: no fleet rule is on)"
+	}
+	row("Fleet window", window)
+	shadow := "off"
+	if p.GetShadow() {
+		shadow = "on: decisions and transitions are computed and published, not enforced (operator overrides are)"
+	}
+	row("Shadow", shadow)
 	_ = tw.Flush()
 }
 
