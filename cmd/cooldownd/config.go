@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -133,7 +134,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 		}
 	})
 	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return c, fmt.Errorf("unexpected arguments: %q%s", fs.Args(), boolValueHint(fs, args))
 	}
 	if c.version {
 		return c, nil
@@ -142,10 +143,16 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 }
 
 // knobFlag is the flag (and so the COOLDOWND_* variable) of a policy knob.
+// A switch's flag is a bool flag: --shadow alone turns it on, --shadow=false
+// off (as with every bool flag, "--shadow false" is --shadow and an
+// argument, refused).
 type knobFlag struct {
 	k *breaker.Knob
 	p *breaker.Policy
 }
+
+// IsBoolFlag tells the flag package that a switch's flag may stand alone.
+func (f *knobFlag) IsBoolFlag() bool { return f.k != nil && f.k.Kind == breaker.Switch }
 
 func (f *knobFlag) String() string {
 	if f.k == nil { // the zero value flag.PrintDefaults makes
@@ -161,6 +168,28 @@ func (f *knobFlag) Set(s string) error {
 	}
 	f.k.Set(f.p, v)
 	return nil
+}
+
+// boolValueHint explains arguments left after a bool flag given its value
+// as the next argument ("--shadow false"), which the flag package reads as
+// "--shadow" and an argument "false".
+func boolValueHint(fs *flag.FlagSet, args []string) string {
+	i := len(args) - fs.NArg() - 1 // the argument before the first left over
+	if i < 0 || i >= len(args) {
+		return ""
+	}
+	name := strings.TrimLeft(args[i], "-")
+	f := fs.Lookup(name)
+	if f == nil || name == args[i] || strings.Contains(name, "=") {
+		return ""
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+		return ""
+	}
+	if _, err := strconv.ParseBool(fs.Arg(0)); err != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (a true or false flag takes its value after an equals sign: --%s=%s)", name, fs.Arg(0))
 }
 
 // formatOf is what a flag's value must look like.

@@ -64,6 +64,8 @@ func TestParseConfig(t *testing.T) {
 			"--consecutive-failures", "0", "--failure-rate", "0.25", "--min-calls", "7", "--window", "30s",
 			"--open-base", "1s", "--open-max", "1m", "--jitter", "0", "--rate-limit-cooldown", "3s",
 			"--overload-floor", "0", "--quota-block", "2h", "--auth-block", "1m", "--max-probes", "3", "--lease-ttl", "10s",
+			"--retry-budget", "0.1", "--retry-budget-min", "7", "--throttle-k", "2", "--trip-quorum", "3", "--fleet-window", "10s",
+			"--shadow",
 		}, nil, func(c *config) {
 			c.addr, c.redis.url, c.redis.db, c.logLevel, c.logFormat = ":9090", "redis://cache:6379/2", 3, "debug", "json"
 			c.idleTTL, c.shutdownTimeout, c.history = 2*time.Hour, 5*time.Second, 10
@@ -71,7 +73,19 @@ func TestParseConfig(t *testing.T) {
 				ConsecutiveFailures: 0, FailureRate: 0.25, MinCalls: 7, Window: 30 * time.Second,
 				OpenBase: time.Second, OpenMax: time.Minute, Jitter: 0, RateLimitCooldown: 3 * time.Second,
 				OverloadFloor: 0, QuotaBlock: 2 * time.Hour, AuthBlock: time.Minute, MaxProbes: 3, LeaseTTL: 10 * time.Second,
+				RetryBudget: 0.1, RetryBudgetMin: 7, ThrottleK: 2, TripQuorum: 3, FleetWindow: 10 * time.Second, Shadow: true,
 			}
+		}},
+		{"a switch alone is on", []string{"--shadow"}, nil, func(c *config) { c.policy.Shadow = true }},
+		{"a switch with =true", []string{"--shadow=true"}, nil, func(c *config) { c.policy.Shadow = true }},
+		{"a switch with =false", []string{"--shadow=false"}, nil, func(c *config) {}},
+		{"a switch with =1", []string{"-shadow=1"}, nil, func(c *config) { c.policy.Shadow = true }},
+		{"a switch from env", nil, map[string]string{"COOLDOWND_SHADOW": "true"}, func(c *config) { c.policy.Shadow = true }},
+		{"a switch env false", nil, map[string]string{"COOLDOWND_SHADOW": "false"}, func(c *config) {}},
+		{"a switch flag off beats env on", []string{"--shadow=false"}, map[string]string{"COOLDOWND_SHADOW": "true"}, func(c *config) {}},
+		{"a switch flag on beats env off", []string{"--shadow"}, map[string]string{"COOLDOWND_SHADOW": "false"}, func(c *config) { c.policy.Shadow = true }},
+		{"a switch then another flag", []string{"--shadow", "--max-probes", "2"}, nil, func(c *config) {
+			c.policy.Shadow, c.policy.MaxProbes = true, 2
 		}},
 		{"single dash flags", []string{"-addr", ":1", "-max-probes=2"}, nil, func(c *config) {
 			c.addr, c.policy.MaxProbes = ":1", 2
@@ -117,6 +131,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad int env", nil, map[string]string{"COOLDOWND_MAX_PROBES": "many"}, []string{"COOLDOWND_MAX_PROBES", `"many"`, "an integer"}},
 		{"bad float env", nil, map[string]string{"COOLDOWND_JITTER": "lots"}, []string{"COOLDOWND_JITTER", `"lots"`, "a number"}},
 		{"bad bool env", nil, map[string]string{"COOLDOWND_REDIS_TLS": "maybe"}, []string{"COOLDOWND_REDIS_TLS", `"maybe"`, "true or false"}},
+		{"bad switch env", nil, map[string]string{"COOLDOWND_SHADOW": "yes"}, []string{`invalid COOLDOWND_SHADOW="yes": expected true or false`}},
+		{"bad switch flag", []string{"--shadow=on"}, nil, []string{`"on" is not true or false`, "-shadow"}},
+		{"switch value as the next argument", []string{"--shadow", "false"}, nil, []string{`unexpected arguments: ["false"]`, "--shadow=false"}},
 		{"empty redis addrs", []string{"--redis-mode", "single", "--redis-addrs", ","}, nil, []string{"--redis-addrs", "names no address"}},
 		{"blank redis addrs", []string{"--redis-mode", "cluster", "--redis-addrs", " , "}, nil, []string{"--redis-addrs", "names no address"}},
 		{"redis addr without port", []string{"--redis-mode", "sentinel", "--redis-master-name", "m", "--redis-addrs", "s1,s2:26379"}, nil, []string{"--redis-addrs", `"s1"`, "host:port"}},
@@ -270,15 +287,34 @@ func TestParseEnvNeverPanics(t *testing.T) {
 	}
 }
 
-// badValue is a value outside k's own bounds.
-func badValue(k *breaker.Knob) string {
+// badValue is a value outside k's own bounds; a switch has none (true
+// and false are both valid), ok is false then.
+func badValue(k *breaker.Knob) (v string, ok bool) {
 	switch k.Kind {
 	case breaker.Count:
-		return k.String(k.Max + 1)
+		return k.String(k.Max + 1), true
 	case breaker.Ratio:
-		return k.String(k.Max + 0.5)
+		return k.String(k.Max + 0.5), true
+	case breaker.Switch:
+		return "", false
 	default:
-		return "-1s"
+		return "-1s", true
+	}
+}
+
+// goodValue is a valid value of k that is not its default.
+func goodValue(k *breaker.Knob) float64 {
+	switch {
+	case k.Name == "throttle-k":
+		return 2.5 // 0 (off) or 1 to 10
+	case k.Kind == breaker.Count:
+		return k.Min + 1
+	case k.Kind == breaker.Ratio:
+		return 0.375
+	case k.Kind == breaker.Switch:
+		return 1 - k.Get(breaker.DefaultPolicy())
+	default:
+		return float64(11 * time.Second)
 	}
 }
 
@@ -291,14 +327,15 @@ func TestPolicyKnobs(t *testing.T) {
 		t.Run(k.Name, func(t *testing.T) {
 			t.Parallel()
 			def := breaker.DefaultPolicy()
-			good := map[breaker.Kind]float64{breaker.Count: k.Min + 1, breaker.Ratio: 0.375, breaker.Span: float64(11 * time.Second)}[k.Kind]
+			good := goodValue(k)
 			want := def
 			k.Set(&want, good)
+			require.NotEqual(t, def, want, "the value is not the default: the test sees it set")
 			for _, src := range []struct {
 				args []string
 				env  map[string]string
 			}{
-				{[]string{"--" + k.Name, k.String(good)}, nil},
+				{[]string{"--" + k.Name + "=" + k.String(good)}, nil}, // = works for every kind, a switch too
 				{nil, map[string]string{envName(k.Name): k.String(good)}},
 			} {
 				c, err := parseConfig(src.args, envOf(src.env), io.Discard)
@@ -306,16 +343,18 @@ func TestPolicyKnobs(t *testing.T) {
 				assert.Equal(t, want, c.policy)
 			}
 
-			_, err := parseConfig([]string{"--" + k.Name, badValue(k)}, envOf(nil), io.Discard)
-			require.Error(t, err)
-			assert.True(t, strings.HasPrefix(err.Error(), "--"+k.Name+" must "), "%v", err)
+			if bad, ok := badValue(k); ok {
+				_, err := parseConfig([]string{"--" + k.Name, bad}, envOf(nil), io.Discard)
+				require.Error(t, err)
+				assert.True(t, strings.HasPrefix(err.Error(), "--"+k.Name+" must "), "%v", err)
 
-			_, err = parseConfig(nil, envOf(map[string]string{envName(k.Name): badValue(k)}), io.Discard)
-			require.Error(t, err)
-			assert.True(t, strings.HasPrefix(err.Error(), envName(k.Name)+" must "), "%v", err)
-			assert.NotContains(t, err.Error(), k.Key())
+				_, err = parseConfig(nil, envOf(map[string]string{envName(k.Name): bad}), io.Discard)
+				require.Error(t, err)
+				assert.True(t, strings.HasPrefix(err.Error(), envName(k.Name)+" must "), "%v", err)
+				assert.NotContains(t, err.Error(), k.Key())
+			}
 
-			_, err = parseConfig(nil, envOf(map[string]string{envName(k.Name): "x"}), io.Discard)
+			_, err := parseConfig(nil, envOf(map[string]string{envName(k.Name): "x"}), io.Discard)
 			require.Error(t, err)
 			assert.Equal(t, "invalid "+envName(k.Name)+`="x": expected `+k.Format(), err.Error())
 		})

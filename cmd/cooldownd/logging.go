@@ -50,24 +50,26 @@ func durationText(d time.Duration) string {
 	return s
 }
 
-// policyAttrs are a policy's knobs as named fields, under the flag names
-// that set them.
+// policyAttrs are a policy's knobs as named fields, every knob of the
+// table under its policy-file key: a count an integer, a ratio a number, a
+// span a duration, a switch a boolean.
 func policyAttrs(p breaker.Policy) slog.Attr {
-	return slog.Group("policy",
-		slog.Int("consecutive_failures", p.ConsecutiveFailures),
-		slog.Float64("failure_rate", p.FailureRate),
-		slog.Int("min_calls", p.MinCalls),
-		slog.Duration("window", p.Window),
-		slog.Duration("open_base", p.OpenBase),
-		slog.Duration("open_max", p.OpenMax),
-		slog.Float64("jitter", p.Jitter),
-		slog.Duration("rate_limit_cooldown", p.RateLimitCooldown),
-		slog.Duration("overload_floor", p.OverloadFloor),
-		slog.Duration("quota_block", p.QuotaBlock),
-		slog.Duration("auth_block", p.AuthBlock),
-		slog.Int("max_probes", p.MaxProbes),
-		slog.Duration("lease_ttl", p.LeaseTTL),
-	)
+	knobs := breaker.Knobs()
+	attrs := make([]any, 0, len(knobs))
+	for _, k := range knobs {
+		v := k.Get(p)
+		switch k.Kind {
+		case breaker.Count:
+			attrs = append(attrs, slog.Int(k.Key(), int(v)))
+		case breaker.Ratio:
+			attrs = append(attrs, slog.Float64(k.Key(), v))
+		case breaker.Switch:
+			attrs = append(attrs, slog.Bool(k.Key(), v != 0))
+		default:
+			attrs = append(attrs, slog.Duration(k.Key(), time.Duration(v)))
+		}
+	}
+	return slog.Group("policy", attrs...)
 }
 
 // httpErrorLog is the http.Server's ErrorLog: its lines become structured

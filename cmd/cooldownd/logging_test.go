@@ -26,6 +26,7 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/cmd/internal/buildinfo"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/logtest"
 )
 
@@ -65,7 +66,8 @@ func TestVersionFlag(t *testing.T) {
 // record.
 func TestStartLine(t *testing.T) {
 	t.Parallel()
-	in := start(t, "--addr", "127.0.0.1:0", "--log-format", "json", "--open-base", "1500ms", "--quota-block", "2h")
+	in := start(t, "--addr", "127.0.0.1:0", "--log-format", "json", "--open-base", "1500ms", "--quota-block", "2h",
+		"--shadow", "--throttle-k", "2", "--trip-quorum", "3")
 	require.NoError(t, in.stop(t))
 	recs, err := in.logs.Records()
 	require.NoError(t, err, "every line is a JSON record")
@@ -82,9 +84,14 @@ func TestStartLine(t *testing.T) {
 		{"policy.open_base", "1.5s"}, {"policy.open_max", "5m"}, {"policy.quota_block", "2h"}, {"policy.window", "1m"},
 		{"policy.lease_ttl", "30s"}, {"policy.rate_limit_cooldown", "2s"}, {"policy.consecutive_failures", 5.0},
 		{"policy.failure_rate", 0.5}, {"policy.max_probes", 1.0}, {"metrics", "on --addr"},
+		{"policy.retry_budget", 0.2}, {"policy.retry_budget_min", 3.0}, {"policy.throttle_k", 2.0},
+		{"policy.trip_quorum", 3.0}, {"policy.fleet_window", "30s"}, {"policy.shadow", true},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, l.Get(tt.path), tt.path)
+	}
+	for _, k := range breaker.Knobs() {
+		assert.NotNil(t, l.Get("policy."+k.Key()), "every knob is logged: %s", k.Key())
 	}
 	for _, r := range recs {
 		if d := r.Get("timeout"); d != nil {
