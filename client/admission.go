@@ -32,7 +32,7 @@ const (
 func (d Decision) String() string { return breakerName[breaker.Decision](int(d), "decision") }
 
 // DenyReason says why a call was denied. The numbers up to
-// [ReasonOverloaded] match the wire enum; values and names are the
+// [ReasonThrottled] match the wire enum; values and names are the
 // breaker's, as for [Decision].
 type DenyReason int
 
@@ -56,6 +56,18 @@ const (
 	ReasonForcedOpen = DenyReason(breaker.ReasonForcedOpen)
 	// ReasonOverloaded: the provider is overloaded; a cooldown runs.
 	ReasonOverloaded = DenyReason(breaker.ReasonOverloaded)
+	// ReasonRetryBudget: the call is a retry on the connection and the
+	// fleet's retries there are over the connection's retry budget (a share
+	// of the fleet's first attempts). Fall back to another connection, or
+	// give up: waiting for it spends the budget others need. The guards do
+	// not wait for it.
+	ReasonRetryBudget = DenyReason(breaker.ReasonRetryBudget)
+	// ReasonThrottled: the connection's adaptive throttle rejected this
+	// call (the fleet's calls there fail too often; a share of them is
+	// rejected at random). Another call may go at once: it is not a wait
+	// for the connection. The guards fall back or give up, without
+	// waiting.
+	ReasonThrottled = DenyReason(breaker.ReasonThrottled)
 	// ReasonUnavailable is client-side only: cooldownd is unreachable and
 	// the client fails closed (see [FailClosed]).
 	ReasonUnavailable DenyReason = 100
@@ -103,6 +115,18 @@ type Admission struct {
 	RetryAfter time.Duration
 	// Reason is why the candidate at Index was denied.
 	Reason DenyReason
+	// Retry reports that the call was already sent to Conn (see
+	// [Attempt.Sent]): on that connection it is a retry, charged to its
+	// fleet retry budget. [Client.Report] sends it back, so that only first
+	// attempts count as the budget's base.
+	Retry bool
+	// Shadowed is, on an allowed call, why the connection's policy would
+	// have denied it: the policy is in shadow mode (computed and published,
+	// not enforced). The call may go; ReasonNone when not shadowed.
+	Shadowed DenyReason
+	// ShadowRetryAfter is, with Shadowed, the wait the policy would have
+	// given.
+	ShadowRetryAfter time.Duration
 	// Local reports that the in-process breaker decided because cooldownd
 	// was unreachable; its report goes to the in-process breaker too.
 	Local bool
@@ -124,6 +148,12 @@ func (a Admission) LogValue() slog.Value {
 	if a.Decision == DecisionDeny {
 		attrs = append(attrs, slog.String("reason", a.Reason.String()), slog.Duration("retry_after", a.RetryAfter))
 	}
+	if a.Shadowed != ReasonNone {
+		attrs = append(attrs, slog.String("shadowed", a.Shadowed.String()))
+	}
+	if a.Retry {
+		attrs = append(attrs, slog.Bool("retry", true))
+	}
 	if a.Local {
 		attrs = append(attrs, slog.Bool("local", true))
 	}
@@ -131,4 +161,39 @@ func (a Admission) LogValue() slog.Value {
 		attrs = append(attrs, slog.Bool("mirrored", true))
 	}
 	return slog.GroupValue(attrs...)
+}
+
+// Attempt is one call to admit with [Client.AdmitAttempt]: its candidates,
+// and the connections it was already sent to.
+type Attempt struct {
+	// Candidates in order of preference: the primary first (1 to
+	// [MaxCandidates]).
+	Candidates []Conn
+	// Sent are the connections this call was already sent to (by an
+	// earlier attempt that failed). On those the call is a retry, charged
+	// to the connection's fleet retry budget; on every other candidate (a
+	// fallback not tried yet) it is a first attempt. Connections that are
+	// not candidates are ignored.
+	Sent []Conn
+}
+
+// retries returns, per candidate, whether the call was sent to it.
+func (a Attempt) retries() []bool {
+	if len(a.Sent) == 0 {
+		return nil
+	}
+	out := make([]bool, len(a.Candidates))
+	found := false
+	for i, c := range a.Candidates {
+		for _, s := range a.Sent {
+			if s.id == c.id {
+				out[i], found = true, true
+				break
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	return out
 }

@@ -172,6 +172,10 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Reporter returns the id this client sends with its reports (see
+// [WithReporter]).
+func (c *Client) Reporter() string { return c.cfg.reporter }
+
 // Degraded reports whether the client currently decides in-process because
 // cooldownd did not answer repeatedly (see [WithDegradeAfter]).
 func (c *Client) Degraded() bool { return c.health.isDegraded() }
@@ -254,21 +258,37 @@ func (c *Client) call(ctx context.Context, op string, do func(context.Context, c
 // ([ErrInvalidConn]), the context's end, or a request cooldownd refused
 // (a [*RejectedError], for example for a bad token).
 func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
+	return c.AdmitAttempt(ctx, Attempt{Candidates: cands})
+}
+
+// AdmitAttempt is [Client.Admit] for a call that may already have been
+// sent to some of its candidates: a.Sent. On those the call is a retry,
+// which cooldownd charges to the connection's fleet retry budget and
+// denies with [ReasonRetryBudget] when the budget is spent (fall back or
+// give up then; do not wait). On the other candidates it is a first
+// attempt. [Admission.Retry] says which the chosen candidate was, and
+// [Client.Report] passes it on. [Client.Do] and [Client.DoFallback] do
+// this by themselves; call AdmitAttempt when driving the protocol by hand
+// around retries of your own. A retry is never admitted from the mirror
+// (see [WithMirror]).
+func (c *Client) AdmitAttempt(ctx context.Context, at Attempt) (Admission, error) {
+	cands := at.Candidates
 	if err := validConns(cands); err != nil {
 		return Admission{}, err
 	}
-	var epoch uint64
+	retry := at.retries()
+	var ticket mirrorTicket
 	if c.mirror != nil {
-		a, e, ok := c.mirror.admit(cands[0], c.now())
+		a, t, ok := c.mirror.admit(cands[0], len(retry) > 0 && retry[0], c.now())
 		if ok {
 			return a, nil
 		}
-		epoch = e
+		ticket = t
 	}
 	if !c.health.useService(c.now()) {
-		return c.admitLocal(cands, nil)
+		return c.admitLocal(cands, retry, nil)
 	}
-	req := &cooldownv1.AdmitRequest{Candidates: make([]*cooldownv1.Connection, len(cands))}
+	req := &cooldownv1.AdmitRequest{Candidates: make([]*cooldownv1.Connection, len(cands)), Retry: retry}
 	for i, cand := range cands {
 		req.Candidates[i] = wireConn(cand)
 	}
@@ -284,12 +304,12 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 	switch kind {
 	case rpcOK:
 		c.health.success()
-		a, err := admission(resp.Msg, cands)
+		a, err := admission(resp.Msg, cands, retry)
 		if err == nil {
 			c.revs.see(a.Conn.id, a.Revision)
-			c.local.learn(c.now(), resp.Msg, cands)
+			c.local.learn(c.now(), resp.Msg, cands, retry)
 			if c.mirror != nil {
-				c.mirror.learn(a, resp.Msg.GetState(), epoch, c.now())
+				c.mirror.learn(a, resp.Msg.GetState(), resp.Msg.GetThrottleProbability(), ticket, c.now())
 			}
 		}
 		return a, err
@@ -300,18 +320,18 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 		// decided in-process, whatever the fail mode.
 		c.local.capped(err)
 		c.localDecisions.Add(1)
-		return c.local.admit(c.now(), cands), nil
+		return c.local.admit(c.now(), cands, retry), nil
 	case rpcOutage:
 		c.health.failure(c.now(), "admit", tried, err)
 	default:
 		c.log.Debug("cooldownd could not decide; this call is decided in-process",
 			slog.String("code", connect.CodeOf(err).String()), slog.String("error", err.Error()))
 	}
-	return c.admitLocal(cands, err)
+	return c.admitLocal(cands, retry, err)
 }
 
 // admitLocal decides in-process, or fails closed.
-func (c *Client) admitLocal(cands []Conn, cause error) (Admission, error) {
+func (c *Client) admitLocal(cands []Conn, retry []bool, cause error) (Admission, error) {
 	if c.cfg.failMode == FailClosed {
 		if cause != nil {
 			return Admission{}, fmt.Errorf("client: admit: %w: %w", ErrUnavailable, cause)
@@ -319,11 +339,11 @@ func (c *Client) admitLocal(cands []Conn, cause error) (Admission, error) {
 		return Admission{}, fmt.Errorf("client: admit: %w", ErrUnavailable)
 	}
 	c.localDecisions.Add(1)
-	return c.local.admit(c.now(), cands), nil
+	return c.local.admit(c.now(), cands, retry), nil
 }
 
 // admission converts cooldownd's answer.
-func admission(m *cooldownv1.AdmitResponse, cands []Conn) (Admission, error) {
+func admission(m *cooldownv1.AdmitResponse, cands []Conn, retry []bool) (Admission, error) {
 	i := int(m.GetCandidateIndex())
 	d := Decision(m.GetDecision())
 	if i >= len(cands) || d < DecisionAllow || d > DecisionDeny {
@@ -332,7 +352,13 @@ func admission(m *cooldownv1.AdmitResponse, cands []Conn) (Admission, error) {
 	}
 	a := Admission{
 		Index: i, Conn: cands[i], Decision: d, Revision: m.GetRevision(),
-		LeaseToken: m.GetLeaseToken(), Reason: DenyReason(m.GetDenyReason()),
+		LeaseToken: m.GetLeaseToken(), Reason: DenyReason(m.GetDenyReason()), Retry: isRetry(retry, i),
+	}
+	if a.Allowed() {
+		a.Shadowed = DenyReason(m.GetShadowDenyReason())
+		if a.Shadowed != ReasonNone && m.GetShadowRetryAfter() != nil {
+			a.ShadowRetryAfter = max(m.GetShadowRetryAfter().AsDuration(), 0)
+		}
 	}
 	if m.GetLeaseExpiresAt() != nil {
 		a.LeaseExpires = m.GetLeaseExpiresAt().AsTime()
@@ -342,6 +368,9 @@ func admission(m *cooldownv1.AdmitResponse, cands []Conn) (Admission, error) {
 	}
 	return a, nil
 }
+
+// isRetry reports whether retry marks candidate i.
+func isRetry(retry []bool, i int) bool { return i < len(retry) && retry[i] }
 
 func wireConn(c Conn) *cooldownv1.Connection {
 	return &cooldownv1.Connection{Id: c.id.Bytes(), Label: c.label}

@@ -64,12 +64,13 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 		attempts int
 		b        budget
 		last     *Error
+		sent     []Conn // the candidates this call went to: on them it is a retry
 	)
 	for {
 		if ctx.Err() != nil {
 			return nil, ended(ctx, last, live[0])
 		}
-		adm, err := c.Admit(ctx, live...)
+		adm, err := c.AdmitAttempt(ctx, Attempt{Candidates: live, Sent: sent})
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, ended(ctx, last, live[0])
@@ -79,8 +80,12 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 			return nil, err
 		case adm.Decision == DecisionDeny:
 			st := p.next(c.budgetAt(ctx, b, live), round{denied: true, reason: adm.Reason, retryAfter: adm.RetryAfter})
-			if st.kind == stepStop {
+			switch st.kind {
+			case stepStop:
 				return nil, denied(adm, attempts, last)
+			case stepNext:
+				live = slices.DeleteFunc(live, func(x Conn) bool { return x.id == adm.Conn.id })
+				continue
 			}
 			c.log.Debug("waiting for a denied connection", slog.Any("admission", adm), slog.Duration("wait", st.delay))
 			if c.sleep(ctx, st.delay) != nil {
@@ -91,6 +96,9 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 		}
 
 		attempts++
+		if !adm.Retry {
+			sent = append(sent, adm.Conn)
+		}
 		resp, cl, callErr := c.attempt(ctx, adm, attempts, call)
 		open, err := c.report(ctx, adm, cl)
 		if err != nil {
@@ -230,7 +238,8 @@ const (
 	// stepSwitch retries at once: the failed candidate is open now, so the
 	// next Admit picks another (one retry).
 	stepSwitch
-	// stepNext drops the failed candidate and admits the rest at once.
+	// stepNext drops the failed (or budget-denied, throttled) candidate
+	// and admits the rest at once.
 	stepNext
 )
 
@@ -255,7 +264,10 @@ type step struct {
 // After a denial it waits the denial's retry-after plus a little jitter
 // (never less, at least [minDenyWait], at most the probe poll when a probe
 // is in flight), unless the guard must not wait, the wait would take the
-// total past the max wait, or it would end past the deadline.
+// total past the max wait, or it would end past the deadline. A denial
+// that is not a wait for the connection — a retry over the fleet's retry
+// budget, a call the adaptive throttle rejected — is never waited for: the
+// guard drops that candidate for the next when there is one, else stops.
 //
 // After a failure: a retryable one with retries left is retried, at once on
 // another candidate when its report opened the connection, else after the
@@ -270,6 +282,12 @@ func (p guardPolicy) next(b budget, r round) step {
 }
 
 func (p guardPolicy) afterDenial(b budget, r round) step {
+	if r.reason == ReasonRetryBudget || r.reason == ReasonThrottled {
+		if b.candidates > 1 {
+			return step{kind: stepNext}
+		}
+		return step{kind: stepStop}
+	}
 	if p.noWait {
 		return step{kind: stepStop}
 	}

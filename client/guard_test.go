@@ -423,7 +423,9 @@ func TestClientEnumsBeyondTheBreakers(t *testing.T) {
 		{"decision 0", Decision(0).String(), "decision(0)"},
 		{"reason 258", DenyReason(258).String(), "reason(258)"},
 		{"reason 100", ReasonUnavailable.String(), "unavailable"},
-		{"reason 8", DenyReason(8).String(), "reason(8)"},
+		{"reason 8", DenyReason(8).String(), "retry_budget"},
+		{"reason 9", ReasonThrottled.String(), "throttled"},
+		{"reason 10", DenyReason(10).String(), "reason(10)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -47,11 +47,11 @@ func TestLocalHonoursLastWord(t *testing.T) {
 			t.Parallel()
 			l := newLocal(defaultConfig(), slog.New(slog.DiscardHandler))
 			cands := []Conn{NewConn(ID{1}, "primary"), NewConn(ID{2}, "fallback")}
-			l.learn(t0, &cooldownv1.AdmitResponse{Candidates: tt.heard}, cands)
+			l.learn(t0, &cooldownv1.AdmitResponse{Candidates: tt.heard}, cands, nil)
 			if tt.later != nil {
-				l.learn(t0.Add(time.Second), &cooldownv1.AdmitResponse{Candidates: tt.later}, cands)
+				l.learn(t0.Add(time.Second), &cooldownv1.AdmitResponse{Candidates: tt.later}, cands, nil)
 			}
-			a := l.admit(t0.Add(tt.at), cands)
+			a := l.admit(t0.Add(tt.at), cands, nil)
 			assert.True(t, a.Local)
 			assert.Equal(t, tt.index, a.Index)
 			assert.Equal(t, tt.want, a.Decision)

@@ -18,8 +18,9 @@ import (
 // with the client's local policy for the calls cooldownd does not decide.
 // It is safe for concurrent use.
 type local struct {
-	policy breaker.Policy
-	log    *slog.Logger
+	policy   breaker.Policy
+	reporter string
+	log      *slog.Logger
 
 	capLogged atomic.Bool
 
@@ -28,8 +29,14 @@ type local struct {
 	words  map[ID]lastWord // cooldownd's denials still in force
 }
 
+// newLocal returns the fallback for cfg's local policy. The retry budget
+// and the adaptive throttle apply to this process's own calls; the trip
+// quorum does not, since one process is one reporter: it would never trip
+// on transient failures at all.
 func newLocal(cfg config, log *slog.Logger) *local {
-	return &local{policy: cfg.policy, log: log, states: make(map[ID]*breaker.State), words: make(map[ID]lastWord)}
+	p := cfg.policy
+	p.TripQuorum = 0
+	return &local{policy: p, reporter: cfg.reporter, log: log, states: make(map[ID]*breaker.State), words: make(map[ID]lastWord)}
 }
 
 // capped records that cooldownd refused a new connection because the
@@ -72,23 +79,27 @@ func (l *local) state(id ID) *breaker.State {
 
 // admit decides with the in-process breakers: the first candidate that may
 // go, else a denial for the one available soonest. A candidate cooldownd
-// last denied is denied until that denial runs out.
-func (l *local) admit(now time.Time, cands []Conn) Admission {
+// last denied is denied until that denial runs out. retry[i] marks the
+// candidates the call was already sent to: the local retry budget charges
+// them, and the adaptive throttle draws for every candidate.
+func (l *local) admit(now time.Time, cands []Conn, retry []bool) Admission {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	nowMs := now.UnixMilli()
 	var best Admission
 	for i, c := range cands {
-		if w, ok := l.word(c.id, nowMs); ok {
-			a := Admission{Index: i, Conn: c, Decision: DecisionDeny, Local: true,
+		r := isRetry(retry, i)
+		if w, ok := l.word(c.id, nowMs, r); ok {
+			a := Admission{Index: i, Conn: c, Decision: DecisionDeny, Local: true, Retry: r,
 				Reason: w.reason, RetryAfter: time.Duration(w.until-nowMs) * time.Millisecond}
 			if i == 0 || a.RetryAfter < best.RetryAfter {
 				best = a
 			}
 			continue
 		}
-		v, _ := l.state(c.id).Admit(l.policy, nowMs, breaker.Attempt{Nonce: nonce()})
-		a := Admission{Index: i, Conn: c, Decision: Decision(v.Decision), Revision: v.Revision, Local: true}
+		v, _ := l.state(c.id).Admit(l.policy, nowMs, breaker.Attempt{Nonce: nonce(), Retry: r, Draw: mrand.Float64()})
+		a := Admission{Index: i, Conn: c, Decision: Decision(v.Decision), Revision: v.Revision, Local: true, Retry: r,
+			Shadowed: DenyReason(v.Shadowed), ShadowRetryAfter: time.Duration(max(v.ShadowRetryAfter, 0)) * time.Millisecond}
 		switch v.Decision {
 		case breaker.AllowProbe:
 			a.LeaseToken, a.LeaseExpires = v.Lease.Token, time.UnixMilli(v.Lease.Expires)
@@ -123,6 +134,7 @@ func (l *local) report(now time.Time, a Admission, cl Classification, fresh bool
 	s.Report(l.policy, now.UnixMilli(), breaker.Report{
 		Revision: rev, LeaseToken: a.LeaseToken, Outcome: breaker.Outcome(cl.Outcome),
 		RetryAfter: reportDelay(cl).Milliseconds(), HTTPStatus: cl.HTTPStatus, ErrorCode: cl.ErrorCode,
+		Retry: a.Retry, Reporter: l.reporter,
 	}, mrand.Float64())
 	return localResult{open: s.Phase == breaker.Open}
 }

@@ -32,10 +32,20 @@ type mirrorEntry struct {
 	seenAt time.Time
 }
 
-// batchKey groups the successes of one connection under one revision.
+// batchKey groups the successes of one connection under one revision, the
+// retries apart from the first attempts: one report has one retry flag.
 type batchKey struct {
-	id  ID
-	rev uint64
+	id    ID
+	rev   uint64
+	retry bool
+}
+
+// mirrorTicket is what the mirror was when an Admit went to cooldownd: its
+// answer is learned only if neither the stream went down nor the
+// connection's throttle was seen on meanwhile.
+type mirrorTicket struct {
+	epoch uint64
+	heat  uint64
 }
 
 // mirror is the client's copy of the state of the connections it uses,
@@ -51,6 +61,8 @@ type mirror struct {
 	epoch   uint64 // bumps when the stream goes down: older answers teach nothing
 	entries map[ID]*mirrorEntry
 	evRev   map[ID]uint64 // the newest revision an event showed, mirrored or not
+	heat    uint64        // bumps at each sighting of a throttle above 0
+	hot     map[ID]uint64 // connections last seen throttled, with the heat then
 	batch   map[batchKey]int64
 	labels  map[ID]Conn
 
@@ -59,7 +71,7 @@ type mirror struct {
 
 func newMirror(c *Client, interval time.Duration) *mirror {
 	return &mirror{c: c, interval: interval, entries: map[ID]*mirrorEntry{}, evRev: map[ID]uint64{},
-		batch: map[batchKey]int64{}, labels: map[ID]Conn{}}
+		hot: map[ID]uint64{}, batch: map[batchKey]int64{}, labels: map[ID]Conn{}}
 }
 
 func (m *mirror) start() {
@@ -69,38 +81,87 @@ func (m *mirror) start() {
 
 func (m *mirror) wait() { m.wg.Wait() }
 
-// admit admits a call to conn from the mirror when the stream is live and
-// cooldownd last said the connection is closed and healthy. When it does
-// not, it returns the epoch to hand to learn with cooldownd's answer.
-func (m *mirror) admit(conn Conn, now time.Time) (a Admission, epoch uint64, ok bool) {
+// admit admits a call to conn from the mirror when the stream is live,
+// cooldownd last said the connection is closed and healthy, and the call
+// is a first attempt there: a retry is always cooldownd's to decide (the
+// fleet's retry budget). When it does not, it returns the ticket to hand
+// to learn with cooldownd's answer.
+func (m *mirror) admit(conn Conn, retry bool, now time.Time) (a Admission, t mirrorTicket, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	t = mirrorTicket{epoch: m.epoch, heat: m.heat}
 	e := m.entries[conn.id]
-	if !m.live || e == nil || now.Sub(e.seenAt) > mirrorMaxAge {
-		return Admission{}, m.epoch, false
+	if retry || !m.live || e == nil || now.Sub(e.seenAt) > mirrorMaxAge {
+		return Admission{}, t, false
 	}
 	m.admits.Add(1)
-	return Admission{Conn: conn, Decision: DecisionAllow, Revision: e.rev, Mirrored: true}, m.epoch, true
+	return Admission{Conn: conn, Decision: DecisionAllow, Revision: e.rev, Mirrored: true}, t, true
 }
 
-// learn takes cooldownd's answer to an Admit sent at epoch: a closed,
-// allowed connection is mirrored unless an event already showed a newer
-// revision or the stream went down meanwhile.
-func (m *mirror) learn(a Admission, state cooldownv1.State, epoch uint64, now time.Time) {
+// learn takes cooldownd's answer to an Admit sent with ticket t: a closed,
+// allowed connection whose throttle is off (probability 0) and whose
+// policy would not have denied the call is mirrored, unless an event
+// already showed a newer revision, the stream went down meanwhile, or a
+// throttle above 0 was seen for it after t was taken.
+func (m *mirror) learn(a Admission, state cooldownv1.State, throttle float64, t mirrorTicket, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	id := a.Conn.id
-	if a.Decision != DecisionAllow || state != cooldownv1.State_STATE_CLOSED {
+	if throttle > 0 {
+		m.sawThrottle(id)
+		return
+	}
+	if a.Decision != DecisionAllow || state != cooldownv1.State_STATE_CLOSED || a.Shadowed != ReasonNone {
 		delete(m.entries, id)
 		return
 	}
-	if !m.live || epoch != m.epoch || a.Revision < m.evRev[id] {
+	if !m.live || t.epoch != m.epoch || a.Revision < m.evRev[id] {
 		return
+	}
+	if h, ok := m.hot[id]; ok {
+		if h > t.heat {
+			return // an answer older than the throttle seen since
+		}
+		delete(m.hot, id) // cooldownd answered again with 0
 	}
 	if len(m.entries) >= maxMirrored {
 		clear(m.entries)
 	}
 	m.entries[id] = &mirrorEntry{conn: a.Conn, rev: a.Revision, seenAt: now}
+}
+
+// throttled takes the throttle probability of a Report answer for id:
+// above 0, the mirror stops admitting the connection until an Admit
+// answer says 0 again.
+func (m *mirror) throttled(id ID, p float64) {
+	if p <= 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sawThrottle(id)
+}
+
+// answered takes cooldownd's answer to a report sent from the queue.
+func (m *mirror) answered(req *cooldownv1.ReportRequest, resp *cooldownv1.ReportResponse) {
+	if id, err := keys.IDFromBytes(req.GetConnection().GetId()); err == nil {
+		m.throttled(id, resp.GetThrottleProbability())
+	}
+}
+
+// sawThrottle records a throttle above 0 for id: its entry goes, and
+// answers to Admits sent before now teach nothing. m.mu must be held.
+func (m *mirror) sawThrottle(id ID) {
+	delete(m.entries, id)
+	if len(m.hot) >= maxMirrored {
+		// Forgetting sightings would let a late Admit answer mirror a
+		// throttled connection: forget every entry and every ticket too.
+		clear(m.hot)
+		clear(m.entries)
+		m.epoch++
+	}
+	m.heat++
+	m.hot[id] = m.heat
 }
 
 // event applies one transition of the tenant.
@@ -122,6 +183,10 @@ func (m *mirror) event(st *cooldownv1.ConnectionState, now time.Time) {
 		clear(m.entries)
 	}
 	m.evRev[id] = rev
+	if st.GetFleet().GetThrottleProbability() > 0 {
+		m.sawThrottle(id)
+		return
+	}
 	e := m.entries[id]
 	if e == nil {
 		return
@@ -147,6 +212,7 @@ func (m *mirror) down() {
 	m.epoch++
 	clear(m.entries)
 	clear(m.evRev)
+	clear(m.hot) // the epoch already turns away every answer before now
 }
 
 // watch keeps a WatchConnections stream open on the current endpoint,
@@ -205,11 +271,11 @@ func (m *mirror) follow(ctx context.Context, rpc cooldownService) error {
 }
 
 // add counts one success admitted from the mirror (or by cooldownd, with
-// the mirror on) for the next batch.
-func (m *mirror) add(conn Conn, rev uint64) {
+// the mirror on) for the next batch; retry says it was a retry there.
+func (m *mirror) add(conn Conn, rev uint64, retry bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.batch[batchKey{conn.id, rev}]++
+	m.batch[batchKey{conn.id, rev, retry}]++
 	m.labels[conn.id] = conn
 	m.batched.Add(1)
 }
@@ -232,24 +298,29 @@ func (m *mirror) flushLoop() {
 	}
 }
 
-// flush sends one report per connection and revision with the count of
-// its successes; one cooldownd does not take goes to the report queue.
+// flush sends one report per connection, revision and retry flag with the
+// count of its successes; one cooldownd does not take goes to the report
+// queue. An answer with a throttle above 0 stops the connection's local
+// admits.
 func (m *mirror) flush(ctx context.Context) {
 	m.mu.Lock()
 	batch, labels := m.batch, m.labels
 	m.batch, m.labels = map[batchKey]int64{}, map[ID]Conn{}
 	m.mu.Unlock()
 	for k, n := range batch {
-		req := reportRequest(labels[k.id], k.rev, "", Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
+		req := m.c.reportRequest(labels[k.id], k.rev, "", k.retry, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
 		req.Count = uint32(min(n, 1_000_000))
 		m.batches.Add(1)
+		var resp *connect.Response[cooldownv1.ReportResponse]
 		_, kind, _ := m.c.call(ctx, "report", func(ctx context.Context, rpc cooldownService) error {
-			_, err := rpc.Report(ctx, connect.NewRequest(req))
+			var err error
+			resp, err = rpc.Report(ctx, connect.NewRequest(req))
 			return err
 		})
 		switch kind {
 		case rpcOK:
 			m.c.health.success()
+			m.throttled(k.id, resp.Msg.GetThrottleProbability())
 		case rpcRejected, rpcCapped:
 		default:
 			if m.c.closed.Err() == nil {

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -83,6 +85,7 @@ type config struct {
 	now           func() time.Time
 	sleep         func(context.Context, time.Duration) error
 	mirror        time.Duration // batch interval; 0: no mirror
+	reporter      string        // "": a random one at New
 }
 
 func defaultConfig() config {
@@ -116,6 +119,11 @@ func (c *config) check() error {
 	}
 	if c.failMode != FailOpen && c.failMode != FailClosed {
 		return fmt.Errorf("client: unknown fail mode %d", c.failMode)
+	}
+	if c.reporter == "" {
+		c.reporter = newReporterID()
+	} else if !validReporter(c.reporter) {
+		return fmt.Errorf("client: reporter id must be 1 to %d characters of [A-Za-z0-9._-]", MaxReporterLen)
 	}
 	if c.rules.Now == nil {
 		c.rules.Now = c.now // the client's clock, unless the rules have their own
@@ -349,4 +357,47 @@ func WithMirror(interval time.Duration) Option {
 		}
 		c.mirror = interval
 	})
+}
+
+// MaxReporterLen is the longest reporter id (see [WithReporter]).
+const MaxReporterLen = 64
+
+// WithReporter sets the id this client sends as the reporter of every
+// report (ReportRequest.reporter): 1 to [MaxReporterLen] characters of
+// [A-Za-z0-9._-]; [New] rejects any other. By default each [New] picks a
+// random one (16 hex characters).
+//
+// cooldownd's trip quorum (the policy knob trip-quorum) opens a closed
+// connection on ambiguous failures (timeouts, resets, 5xx) only once that
+// many distinct reporters saw them, so that one process with a broken
+// network path cannot open a connection for the whole fleet. A reporter is
+// one process: ids must differ between processes (two processes sharing
+// one count as one) and should stay the same for a process's lifetime.
+// Set it to a stable name such as the pod's name to make the dashboard's
+// reporters readable; never put a secret in it.
+func WithReporter(id string) Option {
+	return optionFunc(func(c *config) { c.reporter = id })
+}
+
+// validReporter reports whether id is 1 to MaxReporterLen characters of
+// [A-Za-z0-9._-].
+func validReporter(id string) bool {
+	if id == "" || len(id) > MaxReporterLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		switch b := id[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '.', b == '_', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// newReporterID returns a random reporter id: 16 hex characters.
+func newReporterID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
 }

@@ -195,14 +195,19 @@ func (c *Client) sendQueued() {
 			return
 		}
 		req := p.request(c.now())
+		var resp *connect.Response[cooldownv1.ReportResponse]
 		_, kind, err := c.call(c.closed, "report", func(ctx context.Context, rpc cooldownService) error {
-			_, err := rpc.Report(ctx, connect.NewRequest(req))
+			var err error
+			resp, err = rpc.Report(ctx, connect.NewRequest(req))
 			return err
 		})
 		switch kind {
 		case rpcOK:
 			c.queue.settled(true)
 			c.health.success()
+			if c.mirror != nil {
+				c.mirror.answered(req, resp.Msg)
+			}
 			backoff = queueBackoffBase
 			continue
 		case rpcRejected, rpcCapped:

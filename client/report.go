@@ -15,8 +15,10 @@ import (
 )
 
 // Report records the outcome of the call admitted by a. Only a's Conn,
-// Revision, LeaseToken and Local are read, so a caller that kept just those
-// may fill in an Admission itself. A classification without an outcome is
+// Revision, LeaseToken, Retry and Local are read, so a caller that kept
+// just those may fill in an Admission itself. Every report carries the
+// client's reporter id (see [WithReporter]) and whether the call was a
+// retry on the connection ([Admission.Retry]). A classification without an outcome is
 // an error; [OutcomeCanceled] releases a probe lease without changing the
 // state.
 //
@@ -46,17 +48,17 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 	}
 	if a.Local {
 		if informs(cl) {
-			c.enqueue(reportRequest(a.Conn, c.revs.last(a.Conn.id), "", cl), reportDelay(cl))
+			c.enqueue(c.reportRequest(a.Conn, c.revs.last(a.Conn.id), "", a.Retry, cl), reportDelay(cl))
 		}
 		return c.local.report(c.now(), a, cl, false).open, nil
 	}
-	req := reportRequest(a.Conn, a.Revision, a.LeaseToken, cl)
+	req := c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl)
 	if c.mirror != nil && cl.Outcome == OutcomeSuccess && cl.Proactive <= 0 {
 		// With the mirror, a success never waits on cooldownd: counted
 		// for the next batch, or (a probe's, which releases the fleet) sent
 		// at once in the background.
 		if a.LeaseToken == "" {
-			c.mirror.add(a.Conn, a.Revision)
+			c.mirror.add(a.Conn, a.Revision, a.Retry)
 		} else {
 			c.enqueue(req, 0)
 		}
@@ -76,6 +78,9 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 	case rpcOK:
 		c.health.success()
 		c.revs.see(a.Conn.id, resp.Msg.GetRevision())
+		if c.mirror != nil {
+			c.mirror.throttled(a.Conn.id, resp.Msg.GetThrottleProbability())
+		}
 		open := resp.Msg.GetState() == cooldownv1.State_STATE_OPEN
 		if open {
 			c.local.heard(c.now(), a.Conn, cl)
@@ -107,13 +112,15 @@ func informs(cl Classification) bool {
 	return false
 }
 
-// reportRequest builds the wire report.
-func reportRequest(conn Conn, rev uint64, lease string, cl Classification) *cooldownv1.ReportRequest {
+// reportRequest builds the wire report, from this client's reporter.
+func (c *Client) reportRequest(conn Conn, rev uint64, lease string, retry bool, cl Classification) *cooldownv1.ReportRequest {
 	req := &cooldownv1.ReportRequest{
 		Connection: wireConn(conn), Revision: rev, LeaseToken: lease,
 		Outcome:    cooldownv1.Outcome(cl.Outcome),
 		HttpStatus: uint32(max(cl.HTTPStatus, 0)),
 		ErrorCode:  cl.ErrorCode,
+		Retry:      retry,
+		Reporter:   c.cfg.reporter,
 	}
 	if d := reportDelay(cl); d > 0 {
 		req.RetryAfter = durationpb.New(d)
