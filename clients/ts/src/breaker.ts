@@ -39,11 +39,25 @@ export type Decision = (typeof Decision)[keyof typeof Decision];
 /** Why a call was denied. The numbers match the wire enum; Unavailable is client-side only. */
 export const DenyReason = {
   None: 0, Cooldown: 1, Open: 2, ProbeInFlight: 3, Quota: 4, Auth: 5, ForcedOpen: 6, Overloaded: 7,
+  /** A retry over the fleet's retry budget: fall back, do not wait. */
+  RetryBudget: 8,
+  /** The fleet's adaptive throttle rejected this call: fall back or fail it, do not wait. */
+  Throttled: 9,
   Unavailable: 100,
 } as const;
 export type DenyReason = (typeof DenyReason)[keyof typeof DenyReason];
 
-const reasonNames = ["none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded"];
+const reasonNames = ["none", "cooldown", "open", "probe_in_flight", "quota", "auth", "forced_open", "overloaded",
+  "retry_budget", "throttled"];
+
+/**
+ * Whether a denial is a fleet rule's verdict on this one call (retry budget,
+ * throttle) rather than on the connection: the caller falls back or fails
+ * at once and never waits for its retryAfter.
+ */
+export function perCall(r: DenyReason): boolean {
+  return r === DenyReason.RetryBudget || r === DenyReason.Throttled;
+}
 
 /** The snake_case name of a deny reason. */
 export function reasonName(r: DenyReason): string {
@@ -61,6 +75,14 @@ export const MaxDurationMs = 7 * 24 * 3600_000;
 export const MaxProbes = 16;
 export const MaxCount = 100000;
 export const MaxReopens = 64;
+/** Caps the trip quorum (and so the reporters a state keeps). */
+export const MaxQuorum = 16;
+/** Caps the retry budget's per-second minimum. */
+export const MaxRetryBudgetMin = 1000;
+/** Caps the adaptive throttle's K. */
+export const MaxThrottleK = 10;
+/** The wait a throttled call is told, ms (breaker.ThrottleRetryAfter). */
+export const ThrottleRetryAfterMs = 1000;
 
 /** The tunables of one connection's breaker; the same fields as cooldownd's policies. */
 export interface Policy {
@@ -90,6 +112,29 @@ export interface Policy {
   maxProbes: number;
   /** A probe lease's time to live, ms. Default 30 000. */
   leaseTtlMs: number;
+  /**
+   * The fleet rules (docs/policies.md), over fleetWindowMs. Retries may be at
+   * most this fraction of the first attempts, in [0, 1]; 0 disables the
+   * budget. Default 0.2.
+   */
+  retryBudget: number;
+  /** Retries per second the budget allows whatever the ratio, 0 to 1000. Default 3. */
+  retryBudgetMin: number;
+  /**
+   * The adaptive throttle's K: while closed a call is rejected with
+   * probability max(0, (requests − K·accepts) / (requests + 1)); 0 disables,
+   * else in [1, 10]. Default 0.
+   */
+  throttleK: number;
+  /**
+   * Transient failures trip only once this many distinct reporters saw them
+   * within the fleet window, 0 to 16 (0 and 1: any one). Default 0.
+   */
+  tripQuorum: number;
+  /** The fleet rules' window, ms: 1 to 600 000 while one is on. Default 30 000. */
+  fleetWindowMs: number;
+  /** Allow every call the policy would deny, saying why (overrides still apply). Default false. */
+  shadow: boolean;
 }
 
 /** cooldownd's documented default policy. */
@@ -98,36 +143,93 @@ export function defaultPolicy(): Policy {
     consecutiveFailures: 5, failureRate: 0.5, minCalls: 20, windowMs: 60_000,
     openBaseMs: 10_000, openMaxMs: 300_000, jitter: 0.1, rateLimitDefaultMs: 2_000,
     overloadFloorMs: 5_000, quotaBlockMs: 3_600_000, authBlockMs: 300_000, maxProbes: 1, leaseTtlMs: 30_000,
+    retryBudget: 0.2, retryBudgetMin: 3, throttleK: 0, tripQuorum: 0, fleetWindowMs: 30_000, shadow: false,
   };
 }
 
-/** Returns the first nonsensical value of p as an error message, or undefined. */
-export function validatePolicy(p: Policy): string | undefined {
-  const durations: [string, number][] = [
-    ["window", p.windowMs], ["open_base", p.openBaseMs], ["open_max", p.openMaxMs],
-    ["rate_limit_default", p.rateLimitDefaultMs], ["overload_floor", p.overloadFloorMs],
-    ["quota_block", p.quotaBlockMs], ["auth_block", p.authBlockMs], ["lease_ttl", p.leaseTtlMs],
-  ];
-  for (const [name, d] of durations) {
-    if (!Number.isInteger(d)) return `${name} must be whole milliseconds, got ${d}`;
-    if (d < 0) return `${name} must not be negative, got ${d}`;
-    if (d > MaxDurationMs) return `${name} must be at most ${MaxDurationMs}ms, got ${d}`;
-  }
-  const int = (n: number) => Number.isInteger(n);
-  if (!int(p.consecutiveFailures) || p.consecutiveFailures < 0 || p.consecutiveFailures > MaxCount)
-    return `consecutive_failures must be in [0, ${MaxCount}]`;
-  if (Number.isNaN(p.failureRate) || p.failureRate < 0 || p.failureRate > 1)
-    return "failure_rate must be in (0, 1] or 0 to disable";
-  if (p.failureRate > 0 && rateBasisPoints(p) === 0) return "failure_rate must be at least 0.0001 or 0 to disable";
-  if (p.failureRate > 0 && (!int(p.minCalls) || p.minCalls < 1 || p.minCalls > MaxCount))
-    return `min_calls must be in [1, ${MaxCount}]`;
-  if (p.failureRate > 0 && (p.windowMs < 1 || p.windowMs > MaxWindowMs)) return "window must be in [1ms, 10m]";
-  if (p.openBaseMs <= 0) return "open_base must be positive";
-  if (p.openMaxMs < p.openBaseMs) return "open_max must be at least open_base";
-  if (Number.isNaN(p.jitter) || p.jitter < 0 || p.jitter >= 1) return "jitter must be in [0, 1)";
-  if (!int(p.maxProbes) || p.maxProbes < 1 || p.maxProbes > MaxProbes) return `max_probes must be in [1, ${MaxProbes}]`;
-  if (p.leaseTtlMs < 1) return "lease_ttl must be positive";
+type KnobKind = "count" | "ratio" | "span" | "switch";
+interface KnobBound { key: string; kind: KnobKind; min: number; max: number; maxExclusive?: boolean; get(p: Policy): unknown; }
+
+/** Every knob of internal/breaker/knobs.go in its order, with its own bounds (spans in ms). */
+const knobBounds: KnobBound[] = [
+  { key: "consecutive_failures", kind: "count", min: 0, max: MaxCount, get: (p) => p.consecutiveFailures },
+  { key: "failure_rate", kind: "ratio", min: 0, max: 1, get: (p) => p.failureRate },
+  { key: "min_calls", kind: "count", min: 0, max: MaxCount, get: (p) => p.minCalls },
+  { key: "window", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.windowMs },
+  { key: "open_base", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.openBaseMs },
+  { key: "open_max", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.openMaxMs },
+  { key: "jitter", kind: "ratio", min: 0, max: 1, maxExclusive: true, get: (p) => p.jitter },
+  { key: "rate_limit_cooldown", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.rateLimitDefaultMs },
+  { key: "overload_floor", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.overloadFloorMs },
+  { key: "quota_block", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.quotaBlockMs },
+  { key: "auth_block", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.authBlockMs },
+  { key: "max_probes", kind: "count", min: 1, max: MaxProbes, get: (p) => p.maxProbes },
+  { key: "lease_ttl", kind: "span", min: 1, max: MaxDurationMs, get: (p) => p.leaseTtlMs },
+  { key: "retry_budget", kind: "ratio", min: 0, max: 1, get: (p) => p.retryBudget },
+  { key: "retry_budget_min", kind: "count", min: 0, max: MaxRetryBudgetMin, get: (p) => p.retryBudgetMin },
+  { key: "throttle_k", kind: "ratio", min: 0, max: MaxThrottleK, get: (p) => p.throttleK },
+  { key: "trip_quorum", kind: "count", min: 0, max: MaxQuorum, get: (p) => p.tripQuorum },
+  { key: "fleet_window", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.fleetWindowMs },
+  { key: "shadow", kind: "switch", min: 0, max: 1, get: (p) => p.shadow },
+];
+
+function bounds(k: KnobBound): string {
+  const f = (v: number) => (k.kind === "span" ? `${v}ms` : String(v));
+  return `[${f(k.min)}, ${f(k.max)}${k.maxExclusive ? ")" : "]"}`;
+}
+
+function checkKnob(k: KnobBound, p: Policy): string | undefined {
+  const raw = k.get(p);
+  if (k.kind === "switch") return typeof raw === "boolean" ? undefined : `${k.key} must be true or false, got ${String(raw)}`;
+  if (typeof raw !== "number" || Number.isNaN(raw)) return `${k.key} must be in ${bounds(k)}, got ${String(raw)}`;
+  const v = raw;
+  if (k.kind === "span" && v < 0) return `${k.key} must not be negative, got ${v}ms`;
+  if (v < k.min || v > k.max || (k.maxExclusive && v === k.max)) return `${k.key} must be in ${bounds(k)}, got ${k.kind === "span" ? v + "ms" : v}`;
+  if (k.kind === "span" && !Number.isInteger(v)) return `${k.key} must be whole milliseconds, got ${v}ms`;
+  if (k.kind === "count" && !Number.isInteger(v)) return `${k.key} must be an integer, got ${v}`;
   return undefined;
+}
+
+/**
+ * Returns the first nonsensical value of p as an error message naming its
+ * policy-file key ("jitter must be in [0, 1), got 1"), or undefined: as
+ * Policy.Validate, each knob's own bounds first in the knobs' order, then
+ * the rules between knobs. Counts must also be integers and spans whole
+ * milliseconds.
+ */
+export function validatePolicy(p: Policy): string | undefined {
+  for (const k of knobBounds) {
+    const bad = checkKnob(k, p);
+    if (bad !== undefined) return bad;
+  }
+  const rate = " while failure_rate is on";
+  if (p.failureRate > 0 && rateBasisPoints(p) === 0) {
+    return `failure_rate must be at least 0.0001 (one basis point) or 0 to disable, got ${p.failureRate}`;
+  }
+  if (p.failureRate > 0 && p.minCalls < 1) return `min_calls must be in [1, ${MaxCount}]${rate}, got ${p.minCalls}`;
+  if (p.failureRate > 0 && (p.windowMs < 1 || p.windowMs > MaxWindowMs)) {
+    return `window must be in [1ms, ${MaxWindowMs}ms]${rate}, got ${p.windowMs}ms`;
+  }
+  if (p.openBaseMs <= 0) return `open_base must be positive, got ${p.openBaseMs}ms`;
+  if (p.openMaxMs < p.openBaseMs) return `open_max (${p.openMaxMs}ms) must be at least open_base (${p.openBaseMs}ms)`;
+  if (p.retryBudget > 0 && retryBudgetBasisPoints(p) === 0) {
+    return `retry_budget must be at least 0.0001 (one basis point) or 0 to disable, got ${p.retryBudget}`;
+  }
+  if (p.throttleK > 0 && p.throttleK < 1) return `throttle_k must be 0 (off) or in [1, ${MaxThrottleK}], got ${p.throttleK}`;
+  if (fleetRulesOn(p) && (p.fleetWindowMs < 1 || p.fleetWindowMs > MaxWindowMs)) {
+    return `fleet_window must be in [1ms, ${MaxWindowMs}ms] while retry_budget, throttle_k or trip_quorum is on, got ${p.fleetWindowMs}ms`;
+  }
+  return undefined;
+}
+
+/** Whether a rule that reads the fleet window is on. */
+function fleetRulesOn(p: Policy): boolean {
+  return p.retryBudget > 0 || p.throttleK > 0 || p.tripQuorum > 1;
+}
+
+/** RetryBudget in basis points (1..10000), 0 when disabled. */
+export function retryBudgetBasisPoints(p: Policy): number {
+  return Math.round(p.retryBudget * 10000);
 }
 
 /** FailureRate in basis points (1..10000), 0 when disabled. */
@@ -153,6 +255,41 @@ export interface Lease { slot: number; token: string; granted: number; expires: 
 /** The failure-rate rule's two aligned buckets. */
 export interface Window { start: number; prevCalls: number; prevFails: number; curCalls: number; curFails: number; }
 
+/**
+ * A connection's traffic counts over the fleet window, from every process's
+ * calls: two aligned buckets, the previous one weighted by its overlap.
+ */
+export interface Fleet {
+  start: number;
+  /** First attempts reported: the retry budget's base. */
+  prevFirsts: number; curFirsts: number;
+  /** Retries admitted: what the budget spends. */
+  prevRetries: number; curRetries: number;
+  /** Calls reported and calls the throttle rejected. */
+  prevRequests: number; curRequests: number;
+  /** Calls reported as a success or a client error. */
+  prevAccepts: number; curAccepts: number;
+}
+
+/** One process that reported an ambiguous failure while closed, and when it last did. */
+export interface Reporter { id: string; at: number; }
+
+/** The call an admit is for. */
+export interface Attempt {
+  /** Random, from the caller: a probe lease's token is built from it. */
+  nonce: string;
+  /** The call was already sent to this connection: a retry, charged to the fleet retry budget. */
+  retry?: boolean;
+  /** Uniform in [0, 1): the throttle rejects the call when its probability is above it. */
+  draw?: number;
+}
+
+/** What the fleet rules see at one instant (counts in calls). */
+export interface FleetCounts {
+  firstAttempts: number; retries: number; requests: number; accepts: number;
+  throttleProbability: number; failureReporters: number;
+}
+
 /** One state change. */
 export interface BreakerEvent {
   at: number; from: Phase; to: Phase; cause: Cause; revision: number; actor: string; reason: string;
@@ -161,6 +298,8 @@ export interface BreakerEvent {
 /** Admit's answer for one connection. */
 export interface Verdict {
   decision: Decision; reason: DenyReason; retryAfter: number; revision: number; phase: Phase; lease?: Lease;
+  /** In shadow mode: why the policy would have denied the call decision allows (None otherwise), and its wait (ms). */
+  shadowed: DenyReason; shadowRetryAfter: number;
 }
 
 /** The outcome of one admitted call. */
@@ -168,6 +307,10 @@ export interface BreakerReport {
   revision: number; leaseToken: string; outcome: Outcome; retryAfter: number; httpStatus: number; errorCode: string;
   /** How many successes admitted under revision this report stands for (a batch); 0 or absent: one. */
   count?: number;
+  /** The call was a retry on this connection: only first attempts are the retry budget's base. */
+  retry?: boolean;
+  /** The reporting process, for the trip quorum; reports without one count as one reporter together. */
+  reporter?: string;
 }
 
 /** What a report did. */
@@ -217,6 +360,10 @@ export class State {
   lastErrorCode = "";
   changedAt = 0;
   updatedAt = 0;
+  /** The fleet rules' counts. */
+  fleet: Fleet = emptyFleet(0);
+  /** The trip quorum's recent reporters of ambiguous failures, oldest first. */
+  reporters: Reporter[] = [];
 
   /** The phase, closed for a connection never seen. */
   currentPhase(): Phase { return this.phase === 0 ? Phase.Closed : this.phase; }
@@ -237,6 +384,7 @@ export class State {
   private resetCounts(): void {
     this.consecutive = 0;
     this.window = emptyWindow();
+    this.reporters = [];
   }
 
   /** Applies what time alone does: leases lapse, an override ends, an ended open turns half-open. */
@@ -260,17 +408,30 @@ export class State {
     return evs;
   }
 
-  /** Decides whether one call may go now; on AllowProbe it grants a lease built from nonce. */
-  admit(p: Policy, now: number, nonce: string): [Verdict, BreakerEvent[]] {
+  /**
+   * Decides whether one call may go now; on AllowProbe it grants a lease
+   * built from a.nonce. The fleet rules may deny a call the breaker admits:
+   * while closed the throttle (a.draw), then for a retry, closed or
+   * half-open, the retry budget. A shadow policy allows what it would deny
+   * and says why in shadowed; overrides are enforced whatever the policy.
+   */
+  admit(p: Policy, now: number, a: Attempt): [Verdict, BreakerEvent[]] {
     const evs = this.settle(now);
-    const v: Verdict = { decision: Decision.Allow, reason: DenyReason.None, retryAfter: 0, revision: this.revision, phase: this.currentPhase() };
+    const v: Verdict = {
+      decision: Decision.Allow, reason: DenyReason.None, retryAfter: 0, revision: this.revision, phase: this.currentPhase(),
+      shadowed: DenyReason.None, shadowRetryAfter: 0,
+    };
     if (this.override === Override.ForcedOpen) {
       v.decision = Decision.Deny;
       v.reason = DenyReason.ForcedOpen;
       v.retryAfter = this.overrideUntil > 0 ? this.overrideUntil - now : p.openMaxMs;
-    } else if (this.override === Override.ForcedClosed || this.currentPhase() === Phase.Closed) {
-      v.decision = Decision.Allow;
-    } else if (this.currentPhase() === Phase.Open) {
+      return [v, evs];
+    }
+    if (this.override === Override.ForcedClosed) return [v, evs];
+    const phase = this.currentPhase();
+    if (phase === Phase.Closed) {
+      this.fleetRules(p, now, a, v);
+    } else if (phase === Phase.Open) {
       v.decision = Decision.Deny;
       v.reason = reasonFor(this.cause);
       v.retryAfter = this.openUntil - now;
@@ -279,13 +440,150 @@ export class State {
       v.reason = DenyReason.ProbeInFlight;
       v.retryAfter = Math.min(...this.leases.map((l) => l.expires - now));
     } else {
-      const slot = this.freeSlot();
-      const l: Lease = { slot, token: leaseToken(this.revision, slot, now, nonce), granted: now, expires: now + p.leaseTtlMs };
-      this.leases = [...this.leases, l];
       v.decision = Decision.AllowProbe;
-      v.lease = { ...l };
+      this.fleetRules(p, now, a, v);
+      if (v.decision === Decision.AllowProbe) {
+        const slot = this.freeSlot();
+        const l: Lease = { slot, token: leaseToken(this.revision, slot, now, a.nonce), granted: now, expires: now + p.leaseTtlMs };
+        this.leases = [...this.leases, l];
+        v.lease = { ...l };
+      }
+    }
+    if (v.decision === Decision.Deny && p.shadow) {
+      v.shadowed = v.reason;
+      v.shadowRetryAfter = v.retryAfter;
+      v.decision = Decision.Allow;
+      v.reason = DenyReason.None;
+      v.retryAfter = 0;
+    }
+    // An admit never creates a state: a connection never reported nor forced counts nothing here.
+    if (!this.seen()) {
+      // nothing counted
+    } else if (v.decision === Decision.Deny && v.reason === DenyReason.Throttled) {
+      // A rejected call is one of the throttle's requests (an allowed one counts when it is reported).
+      this.countFleet(p, now, (f) => { f.curRequests++; });
+    } else if (a.retry && v.decision !== Decision.Deny && retryBudgetBasisPoints(p) > 0) {
+      this.countFleet(p, now, (f) => { f.curRetries++; });
     }
     return [v, evs];
+  }
+
+  /** Whether the connection has a state: it was reported on, or changed (forced) at least once. */
+  private seen(): boolean {
+    return this.revision > 0 || this.updatedAt > 0;
+  }
+
+  /** Denies a call the breaker admits when a fleet rule says so. */
+  private fleetRules(p: Policy, now: number, a: Attempt, v: Verdict): void {
+    if (this.currentPhase() === Phase.Closed && (a.draw ?? 0) < this.throttleProbability(p, now)) {
+      v.decision = Decision.Deny;
+      v.reason = DenyReason.Throttled;
+      v.retryAfter = ThrottleRetryAfterMs;
+    } else if (a.retry && !this.budgetAllows(p, now)) {
+      const w = p.fleetWindowMs;
+      v.decision = Decision.Deny;
+      v.reason = DenyReason.RetryBudget;
+      v.retryAfter = w - (now % w);
+    }
+  }
+
+  /** The fleet counts as of now, rotated without writing: the view a decision reads. */
+  private fleetAt(p: Policy, now: number): Fleet {
+    const w = p.fleetWindowMs;
+    const start = now - (now % w);
+    const f = this.fleet;
+    if (f.start === start) return { ...f };
+    if (f.start === start - w) {
+      return { ...emptyFleet(start), prevFirsts: f.curFirsts, prevRetries: f.curRetries, prevRequests: f.curRequests, prevAccepts: f.curAccepts };
+    }
+    return emptyFleet(start);
+  }
+
+  /**
+   * The adaptive throttle's rejection probability at now, max(0, (requests −
+   * K·accepts) / (requests + 1)) over the fleet window in weighted units, 0
+   * when the throttle is off. The same float operations as the Go model
+   * (which rounds K·accepts on its own, no fused multiply-add).
+   */
+  throttleProbability(p: Policy, now: number): number {
+    if (!(p.throttleK > 0)) return 0;
+    const f = this.fleetAt(p, now), w = p.fleetWindowMs;
+    const e = now - f.start;
+    const rq = weighted(f.prevRequests, f.curRequests, w, e), ac = weighted(f.prevAccepts, f.curAccepts, w, e);
+    return Math.max(0, (rq - p.throttleK * ac) / (rq + w));
+  }
+
+  /** Whether one more retry fits the fleet retry budget, in exact integers (every product below 2^53). */
+  private budgetAllows(p: Policy, now: number): boolean {
+    const bp = retryBudgetBasisPoints(p);
+    if (bp <= 0) return true;
+    const f = this.fleetAt(p, now), w = p.fleetWindowMs;
+    const e = now - f.start;
+    const retries = weighted(f.prevRetries, f.curRetries, w, e) + w;
+    const firsts = weighted(f.prevFirsts, f.curFirsts, w, e);
+    return retries * 10000 <= Math.max(p.retryBudgetMin * w * w * 10, bp * firsts);
+  }
+
+  private countFleet(p: Policy, now: number, add: (f: Fleet) => void): void {
+    const f = this.fleetAt(p, now);
+    add(f);
+    f.curFirsts = Math.min(f.curFirsts, MaxCount);
+    f.curRetries = Math.min(f.curRetries, MaxCount);
+    f.curRequests = Math.min(f.curRequests, MaxCount);
+    f.curAccepts = Math.min(f.curAccepts, MaxCount);
+    this.fleet = f;
+  }
+
+  /** Counts a reported call for the rules that are on. */
+  private countReport(p: Policy, now: number, r: BreakerReport): void {
+    const firsts = retryBudgetBasisPoints(p) > 0 && !r.retry;
+    const throttle = p.throttleK > 0;
+    if (r.outcome === Outcome.Canceled || (!firsts && !throttle)) return;
+    const n = r.outcome === Outcome.Success ? Math.max(r.count ?? 0, 1) : 1;
+    this.countFleet(p, now, (f) => {
+      if (firsts) f.curFirsts += n;
+      if (throttle) {
+        f.curRequests += n;
+        if (r.outcome === Outcome.Success || r.outcome === Outcome.ClientError) f.curAccepts += n;
+      }
+    });
+  }
+
+  /** How many distinct reporters saw an ambiguous failure within the fleet window before now. */
+  failureReporters(p: Policy, now: number): number {
+    const cut = now - p.fleetWindowMs;
+    return this.reporters.filter((r) => r.at > cut).length;
+  }
+
+  private sawFailure(p: Policy, now: number, id: string): void {
+    if (p.tripQuorum <= 1) return;
+    const cut = now - p.fleetWindowMs;
+    let rs = this.reporters.filter((r) => !(r.at <= cut || r.id === id));
+    rs.push({ id, at: now });
+    if (rs.length > p.tripQuorum) rs = rs.slice(rs.length - p.tripQuorum);
+    this.reporters = rs;
+  }
+
+  private quorate(p: Policy, now: number): boolean {
+    return p.tripQuorum <= 1 || this.failureReporters(p, now) >= p.tripQuorum;
+  }
+
+  /** The fleet rules' view at now under p, for display. */
+  fleetCounts(p: Policy, now: number): FleetCounts {
+    const c: FleetCounts = {
+      firstAttempts: 0, retries: 0, requests: 0, accepts: 0,
+      throttleProbability: this.throttleProbability(p, now), failureReporters: this.failureReporters(p, now),
+    };
+    const w = p.fleetWindowMs;
+    if (!(w > 0)) return c;
+    const f = this.fleetAt(p, now);
+    const e = now - f.start;
+    const calls = (prev: number, cur: number) => weighted(prev, cur, w, e) / w;
+    c.firstAttempts = calls(f.prevFirsts, f.curFirsts);
+    c.retries = calls(f.prevRetries, f.curRetries);
+    c.requests = calls(f.prevRequests, f.curRequests);
+    c.accepts = calls(f.prevAccepts, f.curAccepts);
+    return c;
   }
 
   private freeSlot(): number {
@@ -318,16 +616,23 @@ export class State {
       changed: false,
     };
     if (li >= 0) this.leases = this.leases.filter((_, j) => j !== li);
+    this.countReport(p, now, r);
     if (r.outcome === Outcome.Canceled || this.override !== Override.None) return [res, evs];
     const before = evs.length;
-    if (res.accepted) evs = this.verdict(p, now, r.outcome, Math.max(r.count ?? 0, 1), jitter, evs);
+    if (res.accepted) evs = this.verdict(p, now, r, jitter, evs);
     const [d, cause] = hint(p, r);
     if (d > 0) evs = this.cool(now, now + d, cause, evs);
     res.changed = evs.length > before;
     return [res, evs];
   }
 
-  private verdict(p: Policy, now: number, o: Outcome, n: number, jitter: number, evs: BreakerEvent[]): BreakerEvent[] {
+  /**
+   * Applies a live report's outcome. An ambiguous failure trips a closed
+   * breaker only with the trip quorum; a probe's failure re-opens it
+   * whoever reported it.
+   */
+  private verdict(p: Policy, now: number, r: BreakerReport, jitter: number, evs: BreakerEvent[]): BreakerEvent[] {
+    const o = r.outcome, n = Math.max(r.count ?? 0, 1);
     const phase = this.currentPhase();
     switch (o) {
       case Outcome.Success:
@@ -349,7 +654,9 @@ export class State {
           this.failures = Math.min(this.failures + 1, MaxCount);
           this.consecutive = Math.min(this.consecutive + 1, MaxCount);
           this.count(p, now, true, 1);
-          if ((p.consecutiveFailures > 0 && this.consecutive >= p.consecutiveFailures) || this.rateTripped(p, now)) {
+          this.sawFailure(p, now, r.reporter ?? "");
+          if (((p.consecutiveFailures > 0 && this.consecutive >= p.consecutiveFailures) || this.rateTripped(p, now)) &&
+            this.quorate(p, now)) {
             return [...evs, this.trip(p, now, jitter)];
           }
         }
@@ -429,6 +736,15 @@ export class State {
     this.resetCounts();
     return [...evs, this.transition(now, Phase.Closed, Cause.Reset, actor, reason)];
   }
+}
+
+/** A count pair over the sliding window in count·ms: exact integers below 2^53. */
+function weighted(prev: number, cur: number, w: number, e: number): number {
+  return prev * (w - e) + cur * w;
+}
+
+function emptyFleet(start: number): Fleet {
+  return { start, prevFirsts: 0, curFirsts: 0, prevRetries: 0, curRetries: 0, prevRequests: 0, curRequests: 0, prevAccepts: 0, curAccepts: 0 };
 }
 
 function emptyWindow(): Window {

@@ -567,7 +567,7 @@ export class Client {
         if (best === undefined || d.retryAfterMs < best.retryAfterMs) best = d;
         continue;
       }
-      const [v] = this.localState(c.idHex).admit(this.cfg.policy, now, randomBytes(9).toString("base64url"));
+      const [v] = this.localState(c.idHex).admit(this.cfg.policy, now, { nonce: randomBytes(9).toString("base64url") });
       const a: Admission = { index: i, conn: c, decision: v.decision, revision: BigInt(v.revision), leaseToken: "",
         leaseExpires: 0, retryAfterMs: 0, reason: DenyReason.None, local: true };
       if (v.decision === Decision.AllowProbe) {

@@ -6,6 +6,10 @@
 // cannot drift from the model the server and the Go client run.
 //
 //	go run ./clients/ts/tools/breakertrace -sequences 400 -steps 150 -seed 1
+//
+// With -policies n it writes n random policies instead, each with the
+// policy-file key of the knob Policy.Validate refuses ("" when valid), so
+// that the port's validatePolicy is held to the same bounds.
 package main
 
 import (
@@ -27,13 +31,23 @@ func main() {
 		seed      = flag.Uint64("seed", 1, "random seed")
 		sequences = flag.Int("sequences", 400, "operation sequences")
 		steps     = flag.Int("steps", 150, "operations per sequence")
+		policies  = flag.Int("policies", 0, "write this many random policies and Validate's verdict instead of sequences")
 	)
 	flag.Parse()
 	rng := rand.New(rand.NewPCG(*seed, 0x7e57))
 	w := bufio.NewWriter(os.Stdout)
 	enc := json.NewEncoder(w)
 	for range *sequences {
+		if *policies > 0 {
+			break
+		}
 		if err := enc.Encode(sequence(rng, *steps)); err != nil {
+			fmt.Fprintln(os.Stderr, "breakertrace:", err)
+			os.Exit(1)
+		}
+	}
+	for range *policies {
+		if err := enc.Encode(validation(rng)); err != nil {
 			fmt.Fprintln(os.Stderr, "breakertrace:", err)
 			os.Exit(1)
 		}
@@ -44,30 +58,39 @@ func main() {
 	}
 }
 
-// policy is a breaker.Policy in milliseconds, as the TypeScript port holds it.
+// policy is a breaker.Policy in milliseconds, as the TypeScript port holds
+// it (whole in sequences, fractional only in validation cases).
 type policy struct {
 	ConsecutiveFailures int     `json:"consecutiveFailures"`
 	FailureRate         float64 `json:"failureRate"`
 	MinCalls            int     `json:"minCalls"`
-	WindowMs            int64   `json:"windowMs"`
-	OpenBaseMs          int64   `json:"openBaseMs"`
-	OpenMaxMs           int64   `json:"openMaxMs"`
+	WindowMs            float64 `json:"windowMs"`
+	OpenBaseMs          float64 `json:"openBaseMs"`
+	OpenMaxMs           float64 `json:"openMaxMs"`
 	Jitter              float64 `json:"jitter"`
-	RateLimitDefaultMs  int64   `json:"rateLimitDefaultMs"`
-	OverloadFloorMs     int64   `json:"overloadFloorMs"`
-	QuotaBlockMs        int64   `json:"quotaBlockMs"`
-	AuthBlockMs         int64   `json:"authBlockMs"`
+	RateLimitDefaultMs  float64 `json:"rateLimitDefaultMs"`
+	OverloadFloorMs     float64 `json:"overloadFloorMs"`
+	QuotaBlockMs        float64 `json:"quotaBlockMs"`
+	AuthBlockMs         float64 `json:"authBlockMs"`
 	MaxProbes           int     `json:"maxProbes"`
-	LeaseTTLMs          int64   `json:"leaseTtlMs"`
+	LeaseTTLMs          float64 `json:"leaseTtlMs"`
+	RetryBudget         float64 `json:"retryBudget"`
+	RetryBudgetMin      int     `json:"retryBudgetMin"`
+	ThrottleK           float64 `json:"throttleK"`
+	TripQuorum          int     `json:"tripQuorum"`
+	FleetWindowMs       float64 `json:"fleetWindowMs"`
+	Shadow              bool    `json:"shadow"`
 }
 
 func toPolicy(p breaker.Policy) policy {
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	return policy{
 		ConsecutiveFailures: p.ConsecutiveFailures, FailureRate: p.FailureRate, MinCalls: p.MinCalls,
-		WindowMs: p.Window.Milliseconds(), OpenBaseMs: p.OpenBase.Milliseconds(), OpenMaxMs: p.OpenMax.Milliseconds(),
-		Jitter: p.Jitter, RateLimitDefaultMs: p.RateLimitCooldown.Milliseconds(), OverloadFloorMs: p.OverloadFloor.Milliseconds(),
-		QuotaBlockMs: p.QuotaBlock.Milliseconds(), AuthBlockMs: p.AuthBlock.Milliseconds(), MaxProbes: p.MaxProbes,
-		LeaseTTLMs: p.LeaseTTL.Milliseconds(),
+		WindowMs: ms(p.Window), OpenBaseMs: ms(p.OpenBase), OpenMaxMs: ms(p.OpenMax),
+		Jitter: p.Jitter, RateLimitDefaultMs: ms(p.RateLimitCooldown), OverloadFloorMs: ms(p.OverloadFloor),
+		QuotaBlockMs: ms(p.QuotaBlock), AuthBlockMs: ms(p.AuthBlock), MaxProbes: p.MaxProbes,
+		LeaseTTLMs: ms(p.LeaseTTL), RetryBudget: p.RetryBudget, RetryBudgetMin: p.RetryBudgetMin,
+		ThrottleK: p.ThrottleK, TripQuorum: p.TripQuorum, FleetWindowMs: ms(p.FleetWindow), Shadow: p.Shadow,
 	}
 }
 
@@ -79,12 +102,16 @@ type report struct {
 	HTTPStatus int    `json:"httpStatus"`
 	ErrorCode  string `json:"errorCode"`
 	Count      int64  `json:"count"`
+	Retry      bool   `json:"retry"`
+	Reporter   string `json:"reporter"`
 }
 
 // op is one operation: admit, report, extend, force, reset or settle.
 type op struct {
 	Kind     string  `json:"kind"`
 	Nonce    string  `json:"nonce,omitempty"`
+	Retry    bool    `json:"retry,omitempty"`
+	Draw     float64 `json:"draw"`
 	Report   *report `json:"report,omitempty"`
 	Jitter   float64 `json:"jitter"`
 	Token    string  `json:"token,omitempty"`
@@ -119,6 +146,9 @@ type verdict struct {
 	Revision   uint64 `json:"revision"`
 	Phase      int    `json:"phase"`
 	Lease      *lease `json:"lease,omitempty"`
+	// Shadowed and ShadowRetryAfter: what a shadow policy would have denied.
+	Shadowed         int   `json:"shadowed"`
+	ShadowRetryAfter int64 `json:"shadowRetryAfter"`
 }
 
 type window struct {
@@ -129,25 +159,54 @@ type window struct {
 	CurFails  int64 `json:"curFails"`
 }
 
+type fleet struct {
+	Start        int64 `json:"start"`
+	PrevFirsts   int64 `json:"prevFirsts"`
+	CurFirsts    int64 `json:"curFirsts"`
+	PrevRetries  int64 `json:"prevRetries"`
+	CurRetries   int64 `json:"curRetries"`
+	PrevRequests int64 `json:"prevRequests"`
+	CurRequests  int64 `json:"curRequests"`
+	PrevAccepts  int64 `json:"prevAccepts"`
+	CurAccepts   int64 `json:"curAccepts"`
+}
+
+type reporter struct {
+	ID string `json:"id"`
+	At int64  `json:"at"`
+}
+
+// counts is breaker.FleetCounts: the floats the port must compute alike.
+type counts struct {
+	FirstAttempts       float64 `json:"firstAttempts"`
+	Retries             float64 `json:"retries"`
+	Requests            float64 `json:"requests"`
+	Accepts             float64 `json:"accepts"`
+	ThrottleProbability float64 `json:"throttleProbability"`
+	FailureReporters    int     `json:"failureReporters"`
+}
+
 // state is a breaker.State with its zero phase written as 0.
 type state struct {
-	Phase         int     `json:"phase"`
-	Cause         int     `json:"cause"`
-	Revision      uint64  `json:"revision"`
-	OpenUntil     int64   `json:"openUntil"`
-	Reopens       int     `json:"reopens"`
-	Consecutive   int     `json:"consecutive"`
-	Window        window  `json:"window"`
-	Override      int     `json:"override"`
-	OverrideUntil int64   `json:"overrideUntil"`
-	Leases        []lease `json:"leases"`
-	Successes     int64   `json:"successes"`
-	Failures      int64   `json:"failures"`
-	LastStatus    int     `json:"lastStatus"`
-	LastOutcome   int     `json:"lastOutcome"`
-	LastErrorCode string  `json:"lastErrorCode"`
-	ChangedAt     int64   `json:"changedAt"`
-	UpdatedAt     int64   `json:"updatedAt"`
+	Phase         int        `json:"phase"`
+	Cause         int        `json:"cause"`
+	Revision      uint64     `json:"revision"`
+	OpenUntil     int64      `json:"openUntil"`
+	Reopens       int        `json:"reopens"`
+	Consecutive   int        `json:"consecutive"`
+	Window        window     `json:"window"`
+	Override      int        `json:"override"`
+	OverrideUntil int64      `json:"overrideUntil"`
+	Leases        []lease    `json:"leases"`
+	Successes     int64      `json:"successes"`
+	Failures      int64      `json:"failures"`
+	LastStatus    int        `json:"lastStatus"`
+	LastOutcome   int        `json:"lastOutcome"`
+	LastErrorCode string     `json:"lastErrorCode"`
+	ChangedAt     int64      `json:"changedAt"`
+	UpdatedAt     int64      `json:"updatedAt"`
+	Fleet         fleet      `json:"fleet"`
+	Reporters     []reporter `json:"reporters"`
 }
 
 type step struct {
@@ -160,6 +219,8 @@ type step struct {
 	Err      string   `json:"err,omitempty"`
 	Events   []event  `json:"events"`
 	State    state    `json:"state"`
+	// Counts is State.FleetCounts at now after the step.
+	Counts counts `json:"counts"`
 }
 
 type trace struct {
@@ -185,9 +246,84 @@ func randomPolicy(rng *rand.Rand) breaker.Policy {
 		AuthBlock:           ms([]int{0, 1000}[rng.IntN(2)]),
 		MaxProbes:           1 + rng.IntN(4),
 		LeaseTTL:            ms(100 + rng.IntN(300)),
+		// The fleet rules: each on in most sequences, with small minimums
+		// and ratios so that budgets run out and throttles reject.
+		RetryBudget:    []float64{0, 0.1, 0.2, 0.5, 1}[rng.IntN(5)],
+		RetryBudgetMin: []int{0, 0, 1, 3}[rng.IntN(4)],
+		ThrottleK:      []float64{0, 1, 1.5, 2, 10}[rng.IntN(5)],
+		TripQuorum:     []int{0, 1, 2, 2, 3}[rng.IntN(5)],
+		FleetWindow:    ms([]int{100, 1000, 777, 30000}[rng.IntN(4)]),
+		Shadow:         rng.IntN(4) == 0,
 	}
 	p.OpenMax = p.OpenBase * time.Duration(1+rng.IntN(16))
 	return p
+}
+
+// validationCase is a random policy and the knob Validate refuses.
+type validationCase struct {
+	Policy policy `json:"policy"`
+	// Refused is the policy-file key of the refused knob, "" when valid.
+	Refused string `json:"refused"`
+}
+
+// validation perturbs one to three knobs of a valid policy, mostly to
+// values at or past their bounds (spans may be fractional milliseconds).
+func validation(rng *rand.Rand) validationCase {
+	p := randomPolicy(rng)
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	spans := []float64{-1, 0, 0.5, 1, 1.5, 600000, 600001, float64(breaker.MaxDuration / time.Millisecond), float64(breaker.MaxDuration/time.Millisecond) + 1}
+	ratios := []float64{-0.5, 0, 0.00004, 0.00005, 0.0001, 0.3, 0.5, 0.99, 1, 1.5, 9.99, 10, 10.5}
+	counts := []int{-1, 0, 1, 2, 16, 17, 1000, 1001, breaker.MaxCount, breaker.MaxCount + 1}
+	for range 1 + rng.IntN(3) {
+		switch rng.IntN(19) {
+		case 0:
+			p.ConsecutiveFailures = counts[rng.IntN(len(counts))]
+		case 1:
+			p.FailureRate = ratios[rng.IntN(len(ratios))]
+		case 2:
+			p.MinCalls = counts[rng.IntN(len(counts))]
+		case 3:
+			p.Window = ms(spans[rng.IntN(len(spans))])
+		case 4:
+			p.OpenBase = ms(spans[rng.IntN(len(spans))])
+		case 5:
+			p.OpenMax = ms(spans[rng.IntN(len(spans))])
+		case 6:
+			p.Jitter = ratios[rng.IntN(len(ratios))]
+		case 7:
+			p.RateLimitCooldown = ms(spans[rng.IntN(len(spans))])
+		case 8:
+			p.OverloadFloor = ms(spans[rng.IntN(len(spans))])
+		case 9:
+			p.QuotaBlock = ms(spans[rng.IntN(len(spans))])
+		case 10:
+			p.AuthBlock = ms(spans[rng.IntN(len(spans))])
+		case 11:
+			p.MaxProbes = counts[rng.IntN(len(counts))]
+		case 12:
+			p.LeaseTTL = ms(spans[rng.IntN(len(spans))])
+		case 13:
+			p.RetryBudget = ratios[rng.IntN(len(ratios))]
+		case 14:
+			p.RetryBudgetMin = counts[rng.IntN(len(counts))]
+		case 15:
+			p.ThrottleK = ratios[rng.IntN(len(ratios))]
+		case 16:
+			p.TripQuorum = counts[rng.IntN(len(counts))]
+		case 17:
+			p.FleetWindow = ms(spans[rng.IntN(len(spans))])
+		default:
+			p.Shadow = !p.Shadow
+		}
+	}
+	c := validationCase{Policy: toPolicy(p)}
+	var pe *breaker.PolicyError
+	if err := p.Validate(); errors.As(err, &pe) {
+		c.Refused = pe.Knob.Key()
+	} else if err != nil {
+		panic(err)
+	}
+	return c
 }
 
 func randomOutcome(rng *rand.Rand) breaker.Outcome {
@@ -228,7 +364,7 @@ func sequence(rng *rand.Rand, steps int) trace {
 			now += []int64{0, 1, 7, 49, 120, 333, 1200, 5000}[rng.IntN(8)]
 			continue
 		case x < 40:
-			o = op{Kind: "admit", Nonce: "n" + strconv.Itoa(k)}
+			o = op{Kind: "admit", Nonce: "n" + strconv.Itoa(k), Retry: rng.IntN(2) == 0, Draw: rng.Float64()}
 		case x < 80:
 			r := report{Outcome: int(randomOutcome(rng)), HTTPStatus: 200 + rng.IntN(400), ErrorCode: []string{"", "rate_limit_exceeded", "x"}[rng.IntN(3)]}
 			switch rng.IntN(8) {
@@ -247,6 +383,8 @@ func sequence(rng *rand.Rand, steps int) trace {
 			if rng.IntN(6) == 0 {
 				r.RetryAfter = []int64{-1, 1, 40, 250, 5000}[rng.IntN(5)]
 			}
+			r.Retry = rng.IntN(3) == 0
+			r.Reporter = []string{"", "a", "b", "c", "host-1.x_y"}[rng.IntN(5)]
 			if r.Outcome == int(breaker.OutcomeSuccess) && rng.IntN(3) == 0 {
 				r.Count = []int64{0, 1, 2, 17, 500, 200000}[rng.IntN(6)] // a client's batch of successes
 			}
@@ -272,10 +410,10 @@ func sequence(rng *rand.Rand, steps int) trace {
 		var evs []breaker.Event
 		switch o.Kind {
 		case "admit":
-			v, e := s.Admit(p, now, breaker.Attempt{Nonce: o.Nonce})
+			v, e := s.Admit(p, now, breaker.Attempt{Nonce: o.Nonce, Retry: o.Retry, Draw: o.Draw})
 			evs = e
 			st.Verdict = &verdict{Decision: int(v.Decision), Reason: int(v.Reason), RetryAfter: v.RetryAfter,
-				Revision: v.Revision, Phase: int(v.Phase)}
+				Revision: v.Revision, Phase: int(v.Phase), Shadowed: int(v.Shadowed), ShadowRetryAfter: v.ShadowRetryAfter}
 			if v.Lease != nil {
 				l := toLease(*v.Lease)
 				st.Verdict.Lease = &l
@@ -285,7 +423,7 @@ func sequence(rng *rand.Rand, steps int) trace {
 			r := o.Report
 			res, e := s.Report(p, now, breaker.Report{Revision: r.Revision, LeaseToken: r.LeaseToken,
 				Outcome: breaker.Outcome(r.Outcome), RetryAfter: r.RetryAfter, HTTPStatus: r.HTTPStatus, ErrorCode: r.ErrorCode,
-				Count: r.Count}, o.Jitter)
+				Count: r.Count, Retry: r.Retry, Reporter: r.Reporter}, o.Jitter)
 			evs = e
 			st.Accepted, st.Changed = &res.Accepted, &res.Changed
 		case "extend":
@@ -313,6 +451,9 @@ func sequence(rng *rand.Rand, steps int) trace {
 				Revision: e.Revision, Actor: e.Actor, Reason: e.Reason})
 		}
 		st.State = toState(s)
+		c := s.FleetCounts(p, now)
+		st.Counts = counts{FirstAttempts: c.FirstAttempts, Retries: c.Retries, Requests: c.Requests, Accepts: c.Accepts,
+			ThrottleProbability: c.ThrottleProbability, FailureReporters: c.FailureReporters}
 		tr.Steps = append(tr.Steps, st)
 	}
 	return tr
@@ -330,6 +471,13 @@ func toState(s breaker.State) state {
 		LastErrorCode: s.LastErrorCode, ChangedAt: s.ChangedAt, UpdatedAt: s.UpdatedAt,
 		Window: window{Start: s.Window.Start, PrevCalls: s.Window.PrevCalls, PrevFails: s.Window.PrevFails,
 			CurCalls: s.Window.CurCalls, CurFails: s.Window.CurFails},
+		Fleet: fleet{Start: s.Fleet.Start, PrevFirsts: s.Fleet.PrevFirsts, CurFirsts: s.Fleet.CurFirsts,
+			PrevRetries: s.Fleet.PrevRetries, CurRetries: s.Fleet.CurRetries, PrevRequests: s.Fleet.PrevRequests,
+			CurRequests: s.Fleet.CurRequests, PrevAccepts: s.Fleet.PrevAccepts, CurAccepts: s.Fleet.CurAccepts},
+		Reporters: []reporter{},
+	}
+	for _, r := range s.Reporters {
+		out.Reporters = append(out.Reporters, reporter{ID: r.ID, At: r.At})
 	}
 	for _, l := range s.Leases {
 		out.Leases = append(out.Leases, toLease(l))
