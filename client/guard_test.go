@@ -324,6 +324,25 @@ func TestGuardNext(t *testing.T) {
 		{"denial ending at the deadline waits", policy(), with(one, func(b *budget) { b.deadline = now.Add(300 * time.Millisecond) }),
 			deny(ReasonCooldown, 300*time.Millisecond), step{kind: stepWait, delay: 300 * time.Millisecond}},
 
+		// Denials that are not a wait for the connection: never waited
+		// for, whatever the wait allowed.
+		{"retry budget with another candidate moves on", policy(), two, deny(ReasonRetryBudget, 20*time.Second),
+			step{kind: stepNext}},
+		{"retry budget as the only candidate stops", policy(), one, deny(ReasonRetryBudget, 20*time.Second),
+			step{kind: stepStop}},
+		{"retry budget ending at once is not waited for", policy(), one, deny(ReasonRetryBudget, time.Millisecond),
+			step{kind: stepStop}},
+		{"throttled with another candidate moves on", policy(), two, deny(ReasonThrottled, time.Second),
+			step{kind: stepNext}},
+		{"throttled as the only candidate stops", policy(), one, deny(ReasonThrottled, time.Second),
+			step{kind: stepStop}},
+		{"throttled moves on also with no-wait", policy(func(p *guardPolicy) { p.noWait = true }), two,
+			deny(ReasonThrottled, time.Second), step{kind: stepNext}},
+		{"retry budget moves on past the max wait", policy(), with(two, func(b *budget) { b.waited = time.Second }),
+			deny(ReasonRetryBudget, time.Minute), step{kind: stepNext}},
+		{"cooldown with another candidate still waits", policy(), two, deny(ReasonCooldown, 300*time.Millisecond),
+			step{kind: stepWait, delay: 300 * time.Millisecond}},
+
 		// After a failure.
 		{"first retry waits half the base at least", policy(), one, fail(OutcomeTransientFailure, true),
 			step{kind: stepRetry, delay: 50 * time.Millisecond}},
