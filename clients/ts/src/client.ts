@@ -14,7 +14,7 @@ import {
   type AdmitResponse, type Connection as WireConnection, type ReportRequest,
 } from "./gen/v1/cooldown_pb.js";
 import {
-  Decision, DenyReason, Outcome, Phase, State, defaultPolicy, outcomeName, validatePolicy, type Policy,
+  Decision, DenyReason, Outcome, Phase, State, defaultPolicy, outcomeName, perCall, validatePolicy, type Policy,
 } from "./breaker.js";
 import { classify, DefaultMaxBodyBytes, DefaultMaxServerDelayMs, errorChain, type Classification, type Rules } from "./classify.js";
 import { Conn, makeConn, type ConnectionSpec } from "./conn.js";
@@ -23,8 +23,8 @@ import { MaxHintMs } from "./headers.js";
 import { Health } from "./health.js";
 import { LastWords } from "./lastword.js";
 import { consoleLogger, type Logger } from "./log.js";
-import { DefaultMirrorIntervalMs, Mirror, type MirrorStats } from "./mirror.js";
-import { MaxSaltLen, MinSaltLen } from "./keys.js";
+import { DefaultMirrorIntervalMs, Mirror, type MirrorStats, type MirrorTicket } from "./mirror.js";
+import { MaxSaltLen, MinSaltLen, idHex } from "./keys.js";
 import {
   DefaultReportQueueMaxAgeMs, DefaultReportQueueSize, QueueBackoffBaseMs, QueueBackoffCapMs, ReportQueue,
   remainingHint, type PendingReport, type QueueStats,
@@ -43,6 +43,9 @@ export const DefaultServiceRetryMs = 1_000;
 /** The least delay before retrying an overloaded provider. */
 export const OverloadFloorMs = 5_000;
 const minDenyWaitMs = 10;
+/** The longest reporter id. */
+export const MaxReporterLen = 64;
+const reporterPattern = /^[A-Za-z0-9._-]{1,64}$/;
 
 /** What the client does while cooldownd is unreachable. */
 export type FailMode = "open" | "closed";
@@ -59,8 +62,8 @@ export interface ClientOptions {
   admitTimeoutMs?: number;
   /** "open" (default): the in-process breaker decides while cooldownd is unreachable; "closed": deny. */
   failMode?: FailMode;
-  /** The in-process breaker's policy (defaultPolicy()). */
-  localPolicy?: Policy;
+  /** The in-process breaker's policy (defaultPolicy(); missing fields take its values). */
+  localPolicy?: Partial<Policy>;
   /** HMAC key of connection ids: empty or 16..1024 bytes; the same in every process. */
   salt?: Uint8Array;
   /** Classification knobs (max server delay 30 s, body bound 64 KiB). */
@@ -96,6 +99,14 @@ export interface ClientOptions {
    * Failures, hints and probes still go to cooldownd at once. Off by default.
    */
   mirror?: boolean | { intervalMs?: number };
+  /**
+   * The id this client sends as the reporter of every report: 1 to 64
+   * characters of [A-Za-z0-9._-]. cooldownd's trip quorum counts distinct
+   * reporters, so ids must differ between processes and should stay the same
+   * for a process's lifetime (a pod's name reads well on the dashboard; never
+   * a secret). Default: a random one per Client (16 hex characters).
+   */
+  reporter?: string;
   /** Builds the transport of one endpoint (tests); the default follows protocol/httpVersion. */
   transport?: (baseUrl: string, interceptors: Interceptor[]) => Transport;
 }
@@ -114,6 +125,21 @@ export interface Admission {
   /** On a denial: ms until a candidate may be available. */
   retryAfterMs: number;
   reason: DenyReason;
+  /**
+   * The call was already sent to conn (admit's sent): there it is a retry,
+   * charged to the connection's fleet retry budget. report() sends it back.
+   */
+  retry?: boolean;
+  /**
+   * On an allowed call: why the connection's policy would have denied it —
+   * the policy is in shadow mode (computed and published, not enforced).
+   * None when not shadowed.
+   */
+  shadowReason?: DenyReason;
+  /** With shadowReason: the wait the policy would have given, ms. */
+  shadowRetryAfterMs?: number;
+  /** The chosen candidate's adaptive-throttle rejection probability after this decision (0: off or healthy). */
+  throttleProbability?: number;
   /** The in-process breaker decided because cooldownd was unreachable. */
   local: boolean;
   /** Admitted from the client's mirror, without a round trip (see the mirror option). */
@@ -261,6 +287,8 @@ export class Client {
   private readonly closeCtl = new AbortController();
   private sender: Promise<void> | undefined;
   private readonly mirror: Mirror | undefined;
+  /** The id every report carries (the reporter option). */
+  readonly reporter: string;
 
   /**
    * baseUrl is one cooldownd URL or several separated by commas (at most
@@ -270,9 +298,22 @@ export class Client {
    */
   constructor(baseUrl: string, opts: ClientOptions = {}) {
     const urls = parseEndpoints(baseUrl);
-    const policy = opts.localPolicy ?? defaultPolicy();
+    // Fields missing from the local policy take the defaults (a policy
+    // written before the fleet rules lacks theirs).
+    const policy: Policy = { ...defaultPolicy(), ...opts.localPolicy };
     const bad = validatePolicy(policy);
     if (bad) throw new Error("client: local policy: " + bad);
+    // One process is one reporter: a trip quorum would never let the
+    // in-process breaker trip on transient failures at all. The retry budget
+    // and the throttle apply to this process's own calls.
+    policy.tripQuorum = 0;
+    if (opts.reporter === undefined) {
+      this.reporter = randomBytes(8).toString("hex");
+    } else if (typeof opts.reporter !== "string" || !reporterPattern.test(opts.reporter)) {
+      throw new Error(`client: reporter id must be 1 to ${MaxReporterLen} characters of [A-Za-z0-9._-]`);
+    } else {
+      this.reporter = opts.reporter;
+    }
     const salt = opts.salt ?? new Uint8Array();
     if (salt.length !== 0 && (salt.length < MinSaltLen || salt.length > MaxSaltLen)) {
       throw new Error(`client: salt must be empty or ${MinSaltLen} to ${MaxSaltLen} bytes, got ${salt.length}`);
@@ -336,20 +377,32 @@ export class Client {
         now: this.now, log: this.log, closed: this.closeCtl.signal,
         rpc: () => this.endpoints[this.current % this.endpoints.length]!.rpc,
         rejected: (err) => classifyRpc(err) === "rejected",
-        sendBatch: (conn, rev, count) => this.sendBatch(conn, rev, count),
+        sendBatch: (conn, rev, count, retry) => this.sendBatch(conn, rev, count, retry),
       }, intervalMs);
       this.mirror.start();
     }
   }
 
   /** Sends one batch of successes; one cooldownd does not take goes to the report queue. */
-  private async sendBatch(conn: Conn, rev: bigint, count: number): Promise<void> {
-    const req = reportRequest(conn, rev, "", { outcome: Outcome.Success, retryable: false, retryAfterMs: 0, httpStatus: 200,
+  private async sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean): Promise<void> {
+    const req = this.reportRequest(conn, rev, "", retry, { outcome: Outcome.Success, retryable: false, retryAfterMs: 0, httpStatus: 200,
       errorCode: "", proactiveMs: 0, tooLong: false });
     req.count = count;
     const r = await this.call("report", undefined, (rpc, o) => rpc.report(req, o));
-    if (r.kind === "ok") this.health.success();
-    else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) this.enqueue(req, 0);
+    if (r.kind === "ok") {
+      this.health.success();
+      this.mirror?.throttled(conn.idHex, r.value!.throttleProbability);
+    } else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) {
+      this.enqueue(req, 0);
+    }
+  }
+
+  /** The wire report of one call, from this client's reporter; retry: the call was a retry on conn. */
+  private reportRequest(conn: Conn, rev: bigint, lease: string, retry: boolean, cl: Classification): ReportRequest {
+    const req = reportRequest(conn, rev, lease, cl);
+    req.retry = retry;
+    req.reporter = this.reporter;
+    return req;
   }
 
   /**
@@ -409,29 +462,39 @@ export class Client {
    * to 16). A denial is an answer: check decision. Every allowed admission
    * must be followed by one report(). Without an answer from cooldownd the
    * call is decided by the fail mode; refusals throw RejectedError.
+   *
+   * sent names the candidates this call was already sent to (by an earlier
+   * attempt that failed): on those it is a retry, which cooldownd charges to
+   * the connection's fleet retry budget and denies with reason RetryBudget
+   * when it is spent — fall back or give up then, do not wait. On every
+   * other candidate it is a first attempt. admission.retry says which the
+   * chosen one was and report() passes it on; the guards do this by
+   * themselves. A retry is never admitted from the mirror.
    */
-  async admit(cands: Conn[], opts: { signal?: AbortSignal } = {}): Promise<Admission> {
+  async admit(cands: Conn[], opts: { signal?: AbortSignal; sent?: readonly Conn[] } = {}): Promise<Admission> {
     validConns(cands);
-    let epoch = 0;
+    const retry = retries(cands, opts.sent);
+    let ticket: MirrorTicket | undefined;
     if (this.mirror) {
-      const rev = this.mirror.admit(cands[0]!, this.now());
+      const rev = this.mirror.admit(cands[0]!, retry?.[0] ?? false, this.now());
       if (rev !== undefined) {
         return { index: 0, conn: cands[0]!, decision: Decision.Allow, revision: rev, leaseToken: "", leaseExpires: 0,
-          retryAfterMs: 0, reason: DenyReason.None, local: false, mirrored: true };
+          retryAfterMs: 0, reason: DenyReason.None, local: false, mirrored: true, retry: false, shadowReason: DenyReason.None,
+          shadowRetryAfterMs: 0, throttleProbability: 0 };
       }
-      epoch = this.mirror.epoch;
+      ticket = this.mirror.ticket();
     }
-    if (!this.health.useService(this.now())) return this.admitLocal(cands, undefined);
-    const req = create(AdmitRequestSchema, { candidates: cands.map(wireConn) });
+    if (!this.health.useService(this.now())) return this.admitLocal(cands, retry, undefined);
+    const req = create(AdmitRequestSchema, { candidates: cands.map(wireConn), retry: retry ?? [] });
     const r = await this.call("admit", opts.signal, (rpc, o) => rpc.admit(req, o));
     if (r.kind !== "ok" && opts.signal?.aborted) throw opts.signal.reason;
     switch (r.kind) {
       case "ok": {
         this.health.success();
-        const a = admission(r.value!, cands);
+        const a = admission(r.value!, cands, retry);
         this.see(a.conn, a.revision);
-        this.words.learn(this.now(), r.value!.candidates, cands.map((c) => c.idHex));
-        this.mirror?.learn(a.conn, a.decision === Decision.Allow, r.value!.state, a.revision, epoch, this.now());
+        this.words.learn(this.now(), r.value!.candidates, cands.map((c) => c.idHex), retry);
+        if (this.mirror && ticket) this.mirror.learn(a, r.value!.state, r.value!.throttleProbability, ticket, this.now());
         return a;
       }
       case "rejected":
@@ -439,20 +502,20 @@ export class Client {
       case "capped":
         this.capped(r.err);
         this.localDecisions++;
-        return this.localAdmit(cands);
+        return this.localAdmit(cands, retry);
       case "outage":
         this.health.failure(this.now(), "admit", r.tried, codeName(r.err), r.err);
         break;
       default:
         this.log.debug("cooldownd could not decide; this call is decided in-process", { code: codeName(r.err) });
     }
-    return this.admitLocal(cands, r.err);
+    return this.admitLocal(cands, retry, r.err);
   }
 
-  private admitLocal(cands: Conn[], cause: unknown): Admission {
+  private admitLocal(cands: Conn[], retry: boolean[] | undefined, cause: unknown): Admission {
     if (this.cfg.failMode === "closed") throw new UnavailableError(cause === undefined ? undefined : { cause });
     this.localDecisions++;
-    return this.localAdmit(cands);
+    return this.localAdmit(cands, retry);
   }
 
   private capped(err: unknown): void {
@@ -475,16 +538,17 @@ export class Client {
   private async reportOpen(a: Admission, cl: Classification): Promise<boolean> {
     if (!(a.conn instanceof Conn)) throw new InvalidConnError("zero Conn");
     if (cl.outcome < Outcome.Success || cl.outcome > Outcome.Canceled) throw new Error(`client: report: invalid outcome ${outcomeName(cl.outcome)}`);
+    const retry = a.retry ?? false;
     if (a.local) {
-      if (informs(cl)) this.enqueue(reportRequest(a.conn, this.revs.get(a.conn.idHex) ?? 0n, "", cl), reportDelay(cl));
+      if (informs(cl)) this.enqueue(this.reportRequest(a.conn, this.revs.get(a.conn.idHex) ?? 0n, "", retry, cl), reportDelay(cl));
       return this.localReport(a, cl, false);
     }
-    const req = reportRequest(a.conn, a.revision, a.leaseToken, cl);
+    const req = this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl);
     if (this.mirror && cl.outcome === Outcome.Success && cl.proactiveMs <= 0) {
       // With the mirror a success never waits on cooldownd: counted for the
-      // next batch, or (a probe's, which releases the fleet) sent at once
-      // in the background.
-      if (a.leaseToken === "") this.mirror.add(a.conn, a.revision);
+      // next batch (retries apart: one report has one retry flag), or (a
+      // probe's, which releases the fleet) sent at once in the background.
+      if (a.leaseToken === "") this.mirror.add(a.conn, a.revision, retry);
       else this.enqueue(req, 0);
       return false;
     }
@@ -497,6 +561,7 @@ export class Client {
       case "ok":
         this.health.success();
         this.see(a.conn, r.value!.revision);
+        this.mirror?.throttled(a.conn.idHex, r.value!.throttleProbability);
         if (r.value!.state !== WireState.OPEN) return false;
         this.words.heard(this.now(), a.conn.idHex, cl.outcome, reportDelay(cl));
         return true;
@@ -555,21 +620,31 @@ export class Client {
     return s;
   }
 
-  private localAdmit(cands: Conn[]): Admission {
+  /**
+   * Decides with the in-process breakers: the first candidate that may go,
+   * else a denial for the one available soonest. A candidate cooldownd last
+   * denied is denied until that denial runs out; retry[i] marks the
+   * candidates the call was already sent to (the local retry budget charges
+   * them), and the throttle draws for every candidate.
+   */
+  private localAdmit(cands: Conn[], retry: boolean[] | undefined): Admission {
     const now = this.now();
     let best: Admission | undefined;
     for (let i = 0; i < cands.length; i++) {
       const c = cands[i]!;
-      const w = this.words.get(c.idHex, now);
+      const r = retry?.[i] ?? false;
+      const w = this.words.get(c.idHex, now, r);
       if (w !== undefined) {
         const d: Admission = { index: i, conn: c, decision: Decision.Deny, revision: 0n, leaseToken: "", leaseExpires: 0,
-          retryAfterMs: w.until - now, reason: w.reason, local: true };
+          retryAfterMs: w.until - now, reason: w.reason, local: true, retry: r, shadowReason: DenyReason.None, shadowRetryAfterMs: 0 };
         if (best === undefined || d.retryAfterMs < best.retryAfterMs) best = d;
         continue;
       }
-      const [v] = this.localState(c.idHex).admit(this.cfg.policy, now, { nonce: randomBytes(9).toString("base64url") });
+      const st = this.localState(c.idHex);
+      const [v] = st.admit(this.cfg.policy, now, { nonce: randomBytes(9).toString("base64url"), retry: r, draw: Math.random() });
       const a: Admission = { index: i, conn: c, decision: v.decision, revision: BigInt(v.revision), leaseToken: "",
-        leaseExpires: 0, retryAfterMs: 0, reason: DenyReason.None, local: true };
+        leaseExpires: 0, retryAfterMs: 0, reason: DenyReason.None, local: true, retry: r, shadowReason: v.shadowed,
+        shadowRetryAfterMs: Math.max(v.shadowRetryAfter, 0), throttleProbability: st.throttleProbability(this.cfg.policy, now) };
       if (v.decision === Decision.AllowProbe) {
         a.leaseToken = v.lease!.token;
         a.leaseExpires = v.lease!.expires;
@@ -588,7 +663,7 @@ export class Client {
     const rev = fresh ? s.revision : Number(a.revision);
     s.report(this.cfg.policy, this.now(), {
       revision: rev, leaseToken: a.leaseToken, outcome: cl.outcome, retryAfter: reportDelay(cl),
-      httpStatus: cl.httpStatus, errorCode: cl.errorCode,
+      httpStatus: cl.httpStatus, errorCode: cl.errorCode, retry: a.retry ?? false, reporter: this.reporter,
     }, Math.random());
     return s.phase === Phase.Open;
   }
@@ -624,6 +699,7 @@ export class Client {
       if (r.kind === "ok") {
         this.queue.settled(true);
         this.health.success();
+        if (req.connection && req.connection.id.length === 32) this.mirror?.throttled(idHex(req.connection.id), r.value!.throttleProbability);
         backoff = QueueBackoffBaseMs;
         continue;
       }
@@ -730,11 +806,12 @@ export class Client {
     let live = [...cands];
     let attempts = 0, retries = 0, waited = 0;
     let last: GuardError | undefined;
+    const sent: Conn[] = []; // the candidates this call went to: on them it is a retry
     for (;;) {
       if (signal?.aborted) throw ended(signal, last, live[0]!);
       let adm: Admission;
       try {
-        adm = await this.admit(live, { signal });
+        adm = await this.admit(live, { signal, sent });
       } catch (e) {
         if (signal?.aborted) throw ended(signal, last, live[0]!);
         if (e instanceof UnavailableError) {
@@ -743,6 +820,17 @@ export class Client {
         throw e;
       }
       if (adm.decision === Decision.Deny) {
+        if (perCall(adm.reason)) {
+          // A retry over the fleet's budget or a throttled call: not a wait
+          // for the connection. Fall back to the next candidate at once, or
+          // give up; waiting would spend the budget others need.
+          if (live.length > 1) {
+            this.log.debug("falling back from a fleet rule's denial", { conn: adm.conn.toJSON(), reason: adm.reason });
+            live = live.filter((x) => x.idHex !== adm.conn.idHex);
+            continue;
+          }
+          throw new DeniedError({ conn: adm.conn, reason: adm.reason, retryAfterMs: adm.retryAfterMs, local: adm.local, attempts, cause: last });
+        }
         const d = this.denyWait(adm, waited, deadline);
         if (d === undefined) {
           throw new DeniedError({ conn: adm.conn, reason: adm.reason, retryAfterMs: adm.retryAfterMs, local: adm.local, attempts, cause: last });
@@ -758,6 +846,7 @@ export class Client {
       }
 
       attempts++;
+      if (!adm.retry && !sent.some((x) => x.idHex === adm.conn.idHex)) sent.push(adm.conn);
       const { resp, cl, err } = await this.attempt(adm, attempts, call, signal);
       let open = false;
       try {
@@ -910,18 +999,32 @@ function codeName(err: unknown): string {
   return Code[ConnectError.from(err).code] ?? "unknown";
 }
 
-function admission(m: AdmitResponse, cands: Conn[]): Admission {
+function admission(m: AdmitResponse, cands: Conn[], retry: boolean[] | undefined): Admission {
   const i = m.candidateIndex;
   const d = m.decision as number;
   if (i >= cands.length || d < Decision.Allow || d > Decision.Deny) {
     throw new Error(`client: admit: malformed answer (decision ${d}, candidate ${i} of ${cands.length})`);
   }
-  return {
+  const a: Admission = {
     index: i, conn: cands[i]!, decision: d as Decision, revision: m.revision, leaseToken: m.leaseToken,
     leaseExpires: m.leaseExpiresAt ? timestampMs(m.leaseExpiresAt) : 0,
     retryAfterMs: m.retryAfter ? Math.max(durationMs(m.retryAfter), 0) : 0,
-    reason: m.denyReason as number as DenyReason, local: false,
+    reason: m.denyReason as number as DenyReason, local: false, retry: retry?.[i] ?? false,
+    shadowReason: DenyReason.None, shadowRetryAfterMs: 0, throttleProbability: m.throttleProbability,
   };
+  if (allowed(a)) {
+    a.shadowReason = m.shadowDenyReason as number as DenyReason;
+    if (a.shadowReason !== DenyReason.None && m.shadowRetryAfter) a.shadowRetryAfterMs = Math.max(durationMs(m.shadowRetryAfter), 0);
+  }
+  return a;
+}
+
+/** Per candidate, whether the call was already sent to it; undefined when to none (a first attempt everywhere). */
+function retries(cands: readonly Conn[], sent: readonly Conn[] | undefined): boolean[] | undefined {
+  if (!sent || sent.length === 0) return undefined;
+  const ids = new Set(sent.map((c) => c.idHex));
+  const out = cands.map((c) => ids.has(c.idHex));
+  return out.some((x) => x) ? out : undefined;
 }
 
 function durationMs(d: Duration): number {

@@ -22,7 +22,9 @@ export class InvalidConnError extends Error {
 
 /**
  * No candidate may be called now and waiting is not an option: the wait
- * would pass the max wait or the deadline, noWait is set, or cooldownd is
+ * would pass the max wait or the deadline, noWait is set, a fleet rule
+ * denied this call with no candidate left to fall back to (reason
+ * "retry_budget" or "throttled", never waited for), or cooldownd is
  * unreachable and the client fails closed (reason "unavailable").
  */
 export class DeniedError extends Error {

@@ -2,7 +2,7 @@
 export {
   Client, allowed, classifyRpc, readErrorBody, sleep,
   DefaultAdmitTimeoutMs, DefaultBackoffBaseMs, DefaultBackoffCapMs, DefaultDegradeAfter, DefaultDegradeWindowMs,
-  DefaultMaxRetries, DefaultProbePollMs, DefaultServiceRetryMs, MaxCandidates, MaxEndpoints, OverloadFloorMs,
+  DefaultMaxRetries, DefaultProbePollMs, DefaultServiceRetryMs, MaxCandidates, MaxEndpoints, MaxReporterLen, OverloadFloorMs,
   type Admission, type AttemptContext, type ClientOptions, type FailMode, type GuardOptions, type Stats,
 } from "./client.js";
 export { Conn, MaxLabelLen, type ConnectionSpec } from "./conn.js";
@@ -15,8 +15,9 @@ export {
   MaxHintMs, parseRetryAfter, proactiveDelay, serverDelay, shouldRetryHeader, parseResetDuration, type HeaderGetter,
 } from "./headers.js";
 export {
-  Cause, Decision, DenyReason, Outcome, Override, Phase, State, defaultPolicy, validatePolicy, outcomeName, reasonName,
-  type Policy, type Verdict, type Lease, type BreakerEvent, type BreakerReport,
+  Cause, Decision, DenyReason, Outcome, Override, Phase, State, defaultPolicy, validatePolicy, outcomeName, reasonName, perCall,
+  ThrottleRetryAfterMs,
+  type Policy, type Verdict, type Lease, type BreakerEvent, type BreakerReport, type Attempt, type Fleet, type FleetCounts, type Reporter,
 } from "./breaker.js";
 export { deriveId, idHex, normalizeEndpoint, parseId, InvalidConnectionError, type ConnectionInput } from "./keys.js";
 export { consoleLogger, silentLogger, type Logger } from "./log.js";

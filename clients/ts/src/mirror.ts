@@ -11,6 +11,7 @@ import { idHex } from "./keys.js";
 import type { Conn } from "./conn.js";
 import type { Logger } from "./log.js";
 import { QueueBackoffBaseMs, QueueBackoffCapMs } from "./queue.js";
+import { Decision, DenyReason } from "./breaker.js";
 
 /** How long a mirrored entry admits without cooldownd confirming it. */
 export const MirrorMaxAgeMs = 30_000;
@@ -33,18 +34,32 @@ export interface MirrorHost {
   rpc(): RpcClient<typeof CooldownService>;
   /** Whether an error is a refusal (never retried soon). */
   rejected(err: unknown): boolean;
-  /** Sends one report; "ok", "dropped" (refused) or "later" (queued). */
-  sendBatch(conn: Conn, rev: bigint, count: number): Promise<void>;
+  /** Sends one report of count successes (retry: retries on conn); what cooldownd does not take is queued. */
+  sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean): Promise<void>;
 }
 
 interface Entry { conn: Conn; rev: bigint; seenAt: number; }
+
+/**
+ * What the mirror was when an Admit went to cooldownd: its answer is learned
+ * only if neither the stream went down nor the connection's throttle was
+ * seen on meanwhile.
+ */
+export interface MirrorTicket { epoch: number; heat: number; }
+
+/** What the mirror needs of an Admit's answer. */
+export interface MirrorAnswer { conn: Conn; decision: Decision; revision: bigint; shadowReason?: DenyReason; }
 
 export class Mirror {
   live = false;
   epoch = 0;
   private entries = new Map<string, Entry>();
   private evRev = new Map<string, bigint>();
-  private batch = new Map<string, { conn: Conn; rev: bigint; n: number }>();
+  private batch = new Map<string, { conn: Conn; rev: bigint; retry: boolean; n: number }>();
+  /** Bumps at each sighting of a throttle above 0. */
+  private heat = 0;
+  /** Connections last seen throttled, with the heat then. */
+  private hot = new Map<string, number>();
   private admits = 0;
   private batched = 0;
   private batches = 0;
@@ -66,24 +81,67 @@ export class Mirror {
     await this.flush();
   }
 
-  /** Admits a call to conn when the stream is live and cooldownd last said the connection is closed. */
-  admit(conn: Conn, now: number): bigint | undefined {
+  /**
+   * Admits a call to conn when the stream is live, cooldownd last said the
+   * connection is closed and healthy, and the call is a first attempt there:
+   * a retry is always cooldownd's to decide (the fleet's retry budget).
+   */
+  admit(conn: Conn, retry: boolean, now: number): bigint | undefined {
     const e = this.entries.get(conn.idHex);
-    if (!this.live || !e || now - e.seenAt > MirrorMaxAgeMs) return undefined;
+    if (retry || !this.live || !e || now - e.seenAt > MirrorMaxAgeMs) return undefined;
     this.admits++;
     return e.rev;
   }
 
-  /** Takes cooldownd's answer to an Admit sent at epoch. */
-  learn(conn: Conn, allowed: boolean, state: WireState, rev: bigint, epoch: number, now: number): void {
-    const id = conn.idHex;
-    if (!allowed || state !== WireState.CLOSED) {
+  /** The ticket to hand to learn with the answer of an Admit sent now. */
+  ticket(): MirrorTicket {
+    return { epoch: this.epoch, heat: this.heat };
+  }
+
+  /**
+   * Takes cooldownd's answer to an Admit sent with ticket t: a closed,
+   * allowed connection whose throttle is off (probability 0) and whose
+   * policy would not have denied the call is mirrored, unless an event
+   * already showed a newer revision, the stream went down meanwhile, or a
+   * throttle above 0 was seen for it after t was taken.
+   */
+  learn(a: MirrorAnswer, state: WireState, throttle: number, t: MirrorTicket, now: number): void {
+    const id = a.conn.idHex;
+    if (throttle > 0) {
+      this.sawThrottle(id);
+      return;
+    }
+    if (a.decision !== Decision.Allow || state !== WireState.CLOSED || (a.shadowReason ?? DenyReason.None) !== DenyReason.None) {
       this.entries.delete(id);
       return;
     }
-    if (!this.live || epoch !== this.epoch || rev < (this.evRev.get(id) ?? 0n)) return;
+    if (!this.live || t.epoch !== this.epoch || a.revision < (this.evRev.get(id) ?? 0n)) return;
+    const h = this.hot.get(id);
+    if (h !== undefined) {
+      if (h > t.heat) return; // an answer older than the throttle seen since
+      this.hot.delete(id); // cooldownd answered again with 0
+    }
     if (this.entries.size >= maxMirrored) this.entries.clear();
-    this.entries.set(id, { conn, rev, seenAt: now });
+    this.entries.set(id, { conn: a.conn, rev: a.revision, seenAt: now });
+  }
+
+  /** Takes the throttle probability of a Report answer for id: above 0, no local admits until an Admit answer says 0. */
+  throttled(id: string, p: number): void {
+    if (p > 0) this.sawThrottle(id);
+  }
+
+  /** A throttle above 0 for id: its entry goes, and answers to Admits sent before now teach nothing. */
+  private sawThrottle(id: string): void {
+    this.entries.delete(id);
+    if (this.hot.size >= maxMirrored) {
+      // Forgetting sightings would let a late Admit answer mirror a
+      // throttled connection: forget every entry and every ticket too.
+      this.hot.clear();
+      this.entries.clear();
+      this.epoch++;
+    }
+    this.heat++;
+    this.hot.set(id, this.heat);
   }
 
   /** Applies one transition of the tenant. */
@@ -98,6 +156,10 @@ export class Mirror {
       this.entries.clear();
     }
     this.evRev.set(id, rev);
+    if ((st.fleet?.throttleProbability ?? 0) > 0) {
+      this.sawThrottle(id);
+      return;
+    }
     const e = this.entries.get(id);
     if (!e) return;
     if (st.state === WireState.CLOSED && st.override === WireOverride.UNSPECIFIED) {
@@ -113,6 +175,7 @@ export class Mirror {
     this.epoch++;
     this.entries.clear();
     this.evRev.clear();
+    this.hot.clear(); // the epoch already turns away every answer before now
   }
 
   private async watch(): Promise<void> {
@@ -165,22 +228,22 @@ export class Mirror {
     }
   }
 
-  /** Counts one success for the next batch. */
-  add(conn: Conn, rev: bigint): void {
-    const k = `${conn.idHex}/${rev}`;
+  /** Counts one success for the next batch; retry: it was a retry on conn (batched apart: one report has one retry flag). */
+  add(conn: Conn, rev: bigint, retry = false): void {
+    const k = `${conn.idHex}/${rev}/${retry ? 1 : 0}`;
     const b = this.batch.get(k);
     if (b) b.n++;
-    else this.batch.set(k, { conn, rev, n: 1 });
+    else this.batch.set(k, { conn, rev, retry, n: 1 });
     this.batched++;
   }
 
-  /** Sends one report per connection and revision with the count of its successes. */
+  /** Sends one report per connection, revision and retry flag with the count of its successes. */
   async flush(): Promise<void> {
     const batch = this.batch;
     this.batch = new Map();
-    for (const { conn, rev, n } of batch.values()) {
+    for (const { conn, rev, retry, n } of batch.values()) {
       this.batches++;
-      await this.host.sendBatch(conn, rev, Math.min(n, 1_000_000));
+      await this.host.sendBatch(conn, rev, Math.min(n, 1_000_000), retry);
     }
   }
 
