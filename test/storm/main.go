@@ -148,6 +148,9 @@ func bench(args []string, stdout, stderr io.Writer) error {
 		}
 		var rs []*harness.Result
 		for _, st := range sts {
+			if !sc.Runs(st) {
+				continue
+			}
 			logf("%s: %s", sc.Name, harness.Title(st))
 			r, err := h.Run(ctx, sc, st)
 			if err != nil {
@@ -158,7 +161,9 @@ func bench(args []string, stdout, stderr io.Writer) error {
 			}
 			rs = append(rs, r)
 		}
-		harness.Table(stdout, sc, opts, rs)
+		if len(rs) > 0 {
+			harness.Table(stdout, sc, opts, rs)
+		}
 	}
 	fmt.Fprintf(stdout, "\nTotal %s.\n", time.Since(began).Round(time.Second))
 	return nil

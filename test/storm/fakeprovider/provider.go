@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ const (
 	HeaderProbe     = "X-Probe"     // "1" when the call was admitted as a recovery probe
 	HeaderLocal     = "X-Local"     // "1" when the client's in-process breaker admitted it
 	HeaderSentAt    = "X-Sent-At"   // Unix nanoseconds when the worker's call function started
+	HeaderRetry     = "X-Retry"     // "1" when the call was already sent to this key: a retry there
 )
 
 // Kind is how a phase answers.
@@ -35,19 +37,48 @@ const (
 	RateLimit Kind = "rate_limit" // 429 rate_limit_exceeded with Retry-After
 	Quota     Kind = "quota"      // 429 insufficient_quota
 	Hang      Kind = "hang"       // no answer until the client gives up (or MaxHang)
+	// Capacity serves at most Phase.Capacity requests per second (per
+	// key, in slots of CapacitySlot) and answers the rest 500: a provider
+	// that fails whatever exceeds what it can serve.
+	Capacity Kind = "capacity"
 )
 
-// Failing reports whether a phase of this kind is a provider failure.
+// CapacitySlot is the granularity of a Capacity phase: each slot of this
+// length serves Capacity × CapacitySlot requests, the first that arrive.
+const CapacitySlot = 100 * time.Millisecond
+
+// Failing reports whether a phase of this kind is a provider failure. A
+// Capacity phase fails only what exceeds its capacity: see
+// [Arrival.Failing].
 func (k Kind) Failing() bool { return k != OK && k != "" }
 
 // Phase is one stretch of the timeline: From ≤ offset < To (offsets from
-// the start instant), for one key ("" for every key).
+// the start instant), for one key ("" for every key) and, with Workers
+// set, only for the requests of those worker processes (a broken network
+// path between one process and the provider).
 type Phase struct {
 	Key        string        `json:"key,omitempty"`
+	Workers    []int         `json:"workers,omitempty"`
 	From       time.Duration `json:"from"`
 	To         time.Duration `json:"to"`
 	Kind       Kind          `json:"kind"`
 	RetryAfter time.Duration `json:"retry_after,omitempty"` // RateLimit: the Retry-After sent
+	Capacity   int           `json:"capacity,omitempty"`    // Capacity: requests served per second
+}
+
+// matches reports whether the phase applies to a request for key from
+// worker at offset.
+func (p Phase) matches(key string, worker int, offset time.Duration) bool {
+	if (p.Key != "" && p.Key != key) || offset < p.From || offset >= p.To {
+		return false
+	}
+	return len(p.Workers) == 0 || slices.Contains(p.Workers, worker)
+}
+
+// perSlot is how many requests a Capacity phase serves per slot, at least
+// one.
+func (p Phase) perSlot() int {
+	return max(1, int(int64(p.Capacity)*int64(CapacitySlot)/int64(time.Second)))
 }
 
 // Script is the scenario the provider plays. Outside every phase it
@@ -58,11 +89,11 @@ type Script struct {
 	MaxHang time.Duration `json:"max_hang"` // longest a Hang answer waits for the client
 }
 
-// At returns the phase in force for key at offset (the first that
-// matches), or an OK phase.
-func (s Script) At(key string, offset time.Duration) Phase {
+// At returns the phase in force for key and worker at offset (the first
+// that matches), or an OK phase.
+func (s Script) At(key string, worker int, offset time.Duration) Phase {
 	for _, p := range s.Phases {
-		if (p.Key == "" || p.Key == key) && offset >= p.From && offset < p.To {
+		if p.matches(key, worker, offset) {
 			return p
 		}
 	}
@@ -79,11 +110,12 @@ type Arrival struct {
 	Goroutine int    `json:"goroutine"`
 	Probe     bool   `json:"probe,omitempty"`
 	Local     bool   `json:"local,omitempty"`
-	SentAt    int64  `json:"sent_at"` // from X-Sent-At; 0 if absent
-	At        int64  `json:"at"`      // arrival
-	End       int64  `json:"end"`     // answer written or request abandoned; 0 while in flight
-	Kind      Kind   `json:"kind"`    // the phase's kind at arrival
-	Status    int    `json:"status"`  // 0 when abandoned without an answer
+	Retry     bool   `json:"retry,omitempty"` // the worker had already sent this call to this key
+	SentAt    int64  `json:"sent_at"`         // from X-Sent-At; 0 if absent
+	At        int64  `json:"at"`              // arrival
+	End       int64  `json:"end"`             // answer written or request abandoned; 0 while in flight
+	Kind      Kind   `json:"kind"`            // the phase's kind at arrival
+	Status    int    `json:"status"`          // 0 when abandoned without an answer
 	// RetryAfter is the delay the answer asked for (rate limits).
 	RetryAfter time.Duration `json:"retry_after,omitempty"`
 	// InFlight and ProbesInFlight count this key's requests (and probe
@@ -92,8 +124,15 @@ type Arrival struct {
 	ProbesInFlight int `json:"probes_in_flight"`
 }
 
-// Failing reports whether the provider failed this request.
-func (a Arrival) Failing() bool { return a.Kind.Failing() }
+// Failing reports whether the provider failed this request: any request
+// of a failing phase, but of a Capacity phase only those it did not
+// serve.
+func (a Arrival) Failing() bool {
+	if a.Kind == Capacity {
+		return a.Status != http.StatusOK
+	}
+	return a.Kind.Failing()
+}
 
 // Provider serves a Script. Create it with [New].
 type Provider struct {
@@ -105,6 +144,13 @@ type Provider struct {
 	open     map[int]bool // seqs in flight
 	inflight map[string]int
 	probes   map[string]int
+	served   map[slot]int // Capacity phases: requests served per key and slot
+}
+
+// slot is one CapacitySlot of one key.
+type slot struct {
+	key string
+	n   int64
 }
 
 // New returns a provider that plays s from start.
@@ -113,7 +159,7 @@ func New(s Script, start time.Time) *Provider {
 		s.MaxHang = 30 * time.Second
 	}
 	return &Provider{script: s, start: start, open: make(map[int]bool),
-		inflight: make(map[string]int), probes: make(map[string]int)}
+		inflight: make(map[string]int), probes: make(map[string]int), served: make(map[slot]int)}
 }
 
 // Handler returns the provider's HTTP handler: POST/GET /v1/chat answers
@@ -157,8 +203,9 @@ func (p *Provider) chat(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	key := r.Header.Get(HeaderKey)
 	probe := r.Header.Get(HeaderProbe) == "1"
-	ph := p.script.At(key, now.Sub(p.start))
 	worker, _ := strconv.Atoi(r.Header.Get(HeaderWorker))
+	offset := now.Sub(p.start)
+	ph := p.script.At(key, worker, offset)
 	gor, _ := strconv.Atoi(r.Header.Get(HeaderGoroutine))
 	sent, _ := strconv.ParseInt(r.Header.Get(HeaderSentAt), 10, 64)
 
@@ -170,8 +217,18 @@ func (p *Provider) chat(w http.ResponseWriter, r *http.Request) {
 	seq := len(p.log)
 	p.log = append(p.log, Arrival{
 		Seq: seq, Key: key, Worker: worker, Goroutine: gor, Probe: probe, Local: r.Header.Get(HeaderLocal) == "1",
-		SentAt: sent, At: now.UnixNano(), Kind: ph.Kind, InFlight: p.inflight[key], ProbesInFlight: p.probes[key],
+		Retry: r.Header.Get(HeaderRetry) == "1", SentAt: sent, At: now.UnixNano(), Kind: ph.Kind,
+		InFlight: p.inflight[key], ProbesInFlight: p.probes[key],
 	})
+	if ph.Kind == Capacity {
+		sl := slot{key: key, n: int64(offset / CapacitySlot)}
+		if p.served[sl] < ph.perSlot() {
+			p.served[sl]++
+			ph.Kind = OK // within capacity: served as healthy (the log keeps the phase's kind)
+		} else {
+			ph.Kind = Error
+		}
+	}
 	p.open[seq] = true
 	p.mu.Unlock()
 

@@ -18,11 +18,59 @@ func TestScriptAt(t *testing.T) {
 		{Key: "primary", From: time.Second, To: 2 * time.Second, Kind: Error},
 		{From: 3 * time.Second, To: 4 * time.Second, Kind: Hang},
 	}}
-	assert.Equal(t, OK, s.At("primary", 999*time.Millisecond).Kind)
-	assert.Equal(t, Error, s.At("primary", time.Second).Kind)
-	assert.Equal(t, OK, s.At("fallback", 1500*time.Millisecond).Kind)
-	assert.Equal(t, OK, s.At("primary", 2*time.Second).Kind, "To is exclusive")
-	assert.Equal(t, Hang, s.At("fallback", 3*time.Second).Kind, "an empty key matches every key")
+	assert.Equal(t, OK, s.At("primary", 0, 999*time.Millisecond).Kind)
+	assert.Equal(t, Error, s.At("primary", 0, time.Second).Kind)
+	assert.Equal(t, OK, s.At("fallback", 0, 1500*time.Millisecond).Kind)
+	assert.Equal(t, OK, s.At("primary", 0, 2*time.Second).Kind, "To is exclusive")
+	assert.Equal(t, Hang, s.At("fallback", 0, 3*time.Second).Kind, "an empty key matches every key")
+
+	broken := Script{Phases: []Phase{{Key: "primary", Workers: []int{2}, From: 0, To: time.Second, Kind: Error}}}
+	assert.Equal(t, Error, broken.At("primary", 2, 0).Kind, "the broken worker's path")
+	assert.Equal(t, OK, broken.At("primary", 1, 0).Kind, "another worker")
+	assert.Equal(t, OK, broken.At("fallback", 2, 0).Kind, "another key")
+}
+
+// TestCapacity: a capacity phase serves the first Capacity × slot
+// requests of each slot and key and fails the rest with 500; a retry is
+// logged as one.
+func TestCapacity(t *testing.T) {
+	t.Parallel()
+	start := time.Now().Add(-time.Hour).Truncate(CapacitySlot) // far inside the phase: no slot boundary in the test
+	p := New(Script{Phases: []Phase{{Key: "primary", From: 0, To: 2 * time.Hour, Kind: Capacity, Capacity: 30}}}, start)
+	srv := httptest.NewServer(p.Handler())
+	t.Cleanup(srv.Close)
+	call := func(key string, retry bool) int {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+"/v1/chat", nil)
+		require.NoError(t, err)
+		req.Header.Set(HeaderKey, key)
+		if retry {
+			req.Header.Set(HeaderRetry, "1")
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	for {
+		// 30/s is 3 per 100 ms slot: the first 3 of a slot are served.
+		// Wait for a fresh slot so that the 5 calls share one.
+		if time.Since(start)%CapacitySlot < CapacitySlot/2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	got := []int{call("primary", false), call("primary", true), call("primary", false), call("primary", true), call("other", false)}
+	log := p.Log()
+	slotOf := func(a Arrival) int64 { return (a.At - start.UnixNano()) / int64(CapacitySlot) }
+	if slotOf(log[0]) != slotOf(log[3]) {
+		t.Skip("the machine was too slow to keep 4 calls in one slot")
+	}
+	assert.Equal(t, []int{200, 200, 200, 500, 200}, got, "3 served, the 4th over capacity; another key is not limited")
+	assert.True(t, log[1].Retry)
+	assert.False(t, log[0].Retry)
+	assert.False(t, log[0].Failing(), "served within capacity")
+	assert.True(t, log[3].Failing(), "over capacity")
+	assert.Equal(t, Capacity, log[3].Kind)
 }
 
 func TestProviderAnswersAndLogs(t *testing.T) {

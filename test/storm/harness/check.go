@@ -72,7 +72,9 @@ func pollWait(o Options) time.Duration {
 
 // Check returns the properties r breaks. Every property that applies to
 // the strategy is checked: with no coordination there are no probes and no
-// cooldownd state, so max-probes, open-silent and lease do not apply.
+// cooldownd state, so max-probes, open-silent and lease do not apply; a
+// shadow policy enforces no open state, so open-silent does not either.
+// A fleet rule's scenario adds the rule's property (see checkRule).
 func Check(r *Result) []Violation {
 	var out []Violation
 	add := func(prop string, n int, format string, args ...any) {
@@ -92,7 +94,8 @@ func Check(r *Result) []Violation {
 			}
 		}
 	}
-	if r.Strategy == worker.Cooldownd {
+	// A shadow policy's open state is published, not enforced: calls go on.
+	if r.Strategy == worker.Cooldownd && !o.Policy.Shadow {
 		for _, key := range []string{worker.KeyPrimary, worker.KeyFallback} {
 			bad := SentWhileOpen(r.Arrivals, key, r.Open[key])
 			if len(bad) > 0 {
@@ -101,9 +104,9 @@ func Check(r *Result) []Violation {
 					len(bad), key, a.Worker, r.since(a.SentAt), a.Local)
 			}
 		}
-		if r.Polls == 0 {
-			add(PropHarness, 1, "no poll round where every replica answered")
-		}
+	}
+	if r.Strategy == worker.Cooldownd && r.Polls == 0 {
+		add(PropHarness, 1, "no poll round where every replica answered")
 	}
 	bad, first := SentBeforeRetryAfter(r.Arrivals)
 	if len(bad) > 0 {
@@ -159,7 +162,7 @@ func Check(r *Result) []Violation {
 	if sc.Kill && r.Strategy == worker.Cooldownd {
 		out = append(out, r.checkLease()...)
 	}
-	return out
+	return append(out, r.checkRule()...)
 }
 
 // checkLease checks that after the probe holder was killed the next probe

@@ -1,10 +1,12 @@
 package harness
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/test/storm/fakeprovider"
 	"github.com/cooldownd/cooldownd/test/storm/worker"
@@ -172,4 +174,277 @@ func TestFallbackProperty(t *testing.T) {
 			assert.Equal(t, tt.want, n)
 		})
 	}
+}
+
+// ruleCount sums the counts of the violations of prop.
+func ruleCount(vs []Violation, prop string) int {
+	n := 0
+	for _, v := range vs {
+		if v.Property == prop {
+			n += v.Count
+		}
+	}
+	return n
+}
+
+// TestRetryBudgetProperty: the retries that reach the provider must stay
+// within ratio × first attempts + min × their span, plus the window's
+// slack; a fleet that retries past it breaks the property.
+func TestRetryBudgetProperty(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(100, 0)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	p := DefaultPolicy()
+	p.RetryBudget, p.RetryBudgetMin, p.FleetWindow = 0.1, 2, time.Second
+	// 200 first attempts over 2 s, then retries from +1 s to +3 s: span
+	// 2 s. Fleet budget 0.1 × 200 + 2 × 2 = 24, slack 0.1 × 200 + 2 × 2 ×
+	// 1 = 24: at most 48. Alone with its own minimum each of 8 processes
+	// would allow 20 + 8 × 4 = 52 together.
+	history := func(retries int, local bool) []fakeprovider.Arrival {
+		var arr []fakeprovider.Arrival
+		for i := range 200 {
+			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, SentAt: at(time.Duration(i) * 10 * time.Millisecond), Status: 500, Kind: fakeprovider.Error})
+		}
+		for i := range retries {
+			d := time.Second + time.Duration(i)*2*time.Second/time.Duration(max(retries-1, 1))
+			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, Retry: true, Local: local, SentAt: at(d), Status: 500, Kind: fakeprovider.Error})
+		}
+		// Another key's retries are not the primary's budget.
+		arr = append(arr, fakeprovider.Arrival{Key: worker.KeyFallback, Retry: true, SentAt: at(time.Second)})
+		return arr
+	}
+	tests := []struct {
+		name     string
+		strategy worker.Strategy
+		retries  int
+		local    bool
+		want     int
+	}{
+		{name: "within the budget", strategy: worker.Cooldownd, retries: 48},
+		{name: "over it", strategy: worker.Cooldownd, retries: 60, want: 12},
+		{name: "local admissions bypass cooldownd's budget", strategy: worker.Cooldownd, retries: 60, local: true},
+		{name: "without cooldownd every request counts", strategy: worker.Local, retries: 60, local: true, want: 12},
+		{name: "no coordination", strategy: worker.NoCoordination, retries: 100, want: 52},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := &Result{Scenario: Scenario{Name: RuleRetryBudget, Rule: RuleRetryBudget}, Strategy: tt.strategy, T0: t0,
+				Options: Options{P: 8, Policy: p, Timing: DefaultTiming()}, Arrivals: history(tt.retries, tt.local),
+				Workers: []*worker.Result{{Wire: worker.Wire{Denies: map[string]int{reasonRetryBudget: 7}, RetryAdmits: 9}}}}
+			assert.Equal(t, tt.want, ruleCount(Check(r), PropRetryBudget))
+			b := r.Budget()
+			if tt.local && tt.strategy == worker.Cooldownd {
+				return
+			}
+			assert.Equal(t, tt.retries, b.Retries)
+			assert.Equal(t, 2*time.Second, b.Span)
+			assert.Equal(t, 200, b.FirstAttempts)
+			assert.InDelta(t, 24, b.Fleet, 1e-9)
+			assert.InDelta(t, 24, b.Slack, 1e-9)
+			assert.InDelta(t, 52, b.PerProcess, 1e-9)
+			assert.Equal(t, 7, b.Denied)
+			assert.Equal(t, 9, b.RetryAdmits)
+		})
+	}
+}
+
+// TestThrottleProperty: during the incident the provider may receive at
+// most K × what it accepted plus (K − 1) × the accepts the window carried
+// in from before the incident.
+func TestThrottleProperty(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(100, 0)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	p := DefaultPolicy()
+	p.ThrottleK, p.FleetWindow = 2, 100*time.Millisecond
+	sc := Scenario{Name: RuleThrottle, Rule: RuleThrottle, OutageFrom: time.Second, OutageTo: 2 * time.Second}
+	history := func(requests int) []fakeprovider.Arrival {
+		var arr []fakeprovider.Arrival
+		// Before the incident: 10 accepted long before (left the window),
+		// 5 in the last 2 windows (carried in).
+		for i := range 10 {
+			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(time.Duration(i) * 10 * time.Millisecond), Status: 200})
+		}
+		for i := range 5 {
+			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(900*time.Millisecond + time.Duration(i)*10*time.Millisecond), Status: 200})
+		}
+		// The incident: 20 accepted, the rest failed. Bound 2 × 20 + 5 = 45.
+		for i := range requests {
+			st := 500
+			if i < 20 {
+				st = 200
+			}
+			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(time.Second + time.Duration(i)*time.Millisecond), Status: st, Kind: fakeprovider.Capacity})
+		}
+		// After the heal, and another key: not counted.
+		arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(2 * time.Second), Status: 500},
+			fakeprovider.Arrival{Key: worker.KeyFallback, At: at(1500 * time.Millisecond), Status: 500})
+		return arr
+	}
+	tests := []struct {
+		name     string
+		strategy worker.Strategy
+		requests int
+		want     int
+	}{
+		{name: "within", strategy: worker.Cooldownd, requests: 45},
+		{name: "over", strategy: worker.Cooldownd, requests: 50, want: 5},
+		{name: "no coordination is judged by the same K", strategy: worker.NoCoordination, requests: 100, want: 55},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			pol := p
+			if tt.strategy == worker.NoCoordination {
+				pol.ThrottleK = 0
+			}
+			r := &Result{Scenario: sc, Strategy: tt.strategy, T0: t0, Options: Options{P: 1, Policy: pol, Timing: DefaultTiming()},
+				Arrivals: history(tt.requests), Workers: []*worker.Result{{Wire: worker.Wire{Denies: map[string]int{reasonThrottled: 3}}}}}
+			assert.Equal(t, tt.want, ruleCount(Check(r), PropThrottle))
+			f := r.Throttle()
+			assert.Equal(t, tt.requests, f.Requests)
+			assert.Equal(t, 20, f.Accepts)
+			assert.Equal(t, 5, f.Carried)
+			assert.InDelta(t, 45, f.Bound(), 1e-9)
+			assert.Equal(t, 3, f.Rejected)
+		})
+	}
+}
+
+// TestQuorumProperty: with the quorum on, a broken worker opens the
+// connection for no one (no healthy call fails or is denied, no replica
+// leaves closed, no open is published); its control, with the quorum off,
+// must have opened it.
+func TestQuorumProperty(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(100, 0)
+	p := DefaultPolicy()
+	p.TripQuorum = 2
+	failures := make([]fakeprovider.Arrival, 5)
+	for i := range failures {
+		failures[i] = fakeprovider.Arrival{Key: worker.KeyPrimary, Worker: 0, Status: 500, Kind: fakeprovider.Error}
+	}
+	ok := worker.Call{OK: true, Attempts: 1, Key: worker.KeyPrimary}
+	tests := []struct {
+		name      string
+		rule      string
+		strategy  worker.Strategy
+		arrivals  []fakeprovider.Arrival
+		healthy   worker.Result
+		notClosed int
+		opens     int
+		want      map[string]int
+	}{
+		{name: "held", rule: RuleQuorum, strategy: worker.Cooldownd, arrivals: failures, healthy: worker.Result{Calls: []worker.Call{ok, ok}}},
+		{name: "a healthy call failed", rule: RuleQuorum, strategy: worker.Cooldownd, arrivals: failures,
+			healthy: worker.Result{Calls: []worker.Call{ok, {Err: "denied:open"}, {Err: "cut", Cut: true}}}, want: map[string]int{PropQuorum: 1}},
+		{name: "healthy workers denied, replicas open", rule: RuleQuorum, strategy: worker.Cooldownd, arrivals: failures,
+			healthy: worker.Result{Calls: []worker.Call{ok}, Wire: worker.Wire{Denies: map[string]int{"DENY_REASON_OPEN": 4}}}, notClosed: 3, opens: 1,
+			want: map[string]int{PropQuorum: 8}},
+		{name: "without cooldownd only the calls are judged", rule: RuleQuorum, strategy: worker.Local, arrivals: failures,
+			healthy: worker.Result{Calls: []worker.Call{ok}}, notClosed: 3},
+		{name: "the broken worker did not fail enough", rule: RuleQuorum, strategy: worker.Cooldownd, arrivals: failures[:2],
+			healthy: worker.Result{Calls: []worker.Call{ok}}, want: map[string]int{PropHarness: 1}},
+		{name: "the control opened", rule: RuleQuorumOff, strategy: worker.Cooldownd, arrivals: failures,
+			healthy: worker.Result{Calls: []worker.Call{{Err: "denied:open"}}}, notClosed: 2},
+		{name: "the control never opened", rule: RuleQuorumOff, strategy: worker.Cooldownd, arrivals: failures,
+			healthy: worker.Result{Calls: []worker.Call{ok}}, want: map[string]int{PropControl: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := &Result{Scenario: Scenario{Name: tt.rule, Rule: tt.rule, Broken: []int{0}}, Strategy: tt.strategy, T0: t0,
+				Options: Options{P: 2, Policy: p, Timing: DefaultTiming()}, Arrivals: tt.arrivals, Polls: 1,
+				Workers: []*worker.Result{{Calls: []worker.Call{{Err: "failed:transient_failure"}}, Wire: worker.Wire{Denies: map[string]int{"DENY_REASON_OPEN": 9}}}, &tt.healthy},
+				Seen:    map[string]*Seen{worker.KeyPrimary: {NotClosed: tt.notClosed}},
+				Final:   map[string]*Final{worker.KeyPrimary: {Opens: tt.opens}}}
+			vs := Check(r)
+			for _, prop := range []string{PropQuorum, PropControl, PropHarness} {
+				assert.Equal(t, tt.want[prop], ruleCount(vs, prop), "%s: %v", prop, vs)
+			}
+		})
+	}
+}
+
+// TestShadowProperty: a shadow policy denies nothing (on the wire or in a
+// user call), yet every replica is seen open, the connection is marked
+// shadow and every published transition is marked shadow. The open-silent
+// property does not apply: the open state is not enforced.
+func TestShadowProperty(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(100, 0)
+	p := DefaultPolicy()
+	p.Shadow = true
+	open := []Interval{{From: t0.Add(time.Second), To: t0.Add(2 * time.Second)}}
+	sent := []fakeprovider.Arrival{{Key: worker.KeyPrimary, SentAt: t0.Add(1500 * time.Millisecond).UnixNano(), Status: 500, Kind: fakeprovider.Error}}
+	published := Final{Transitions: 4, ShadowTransitions: 4, Opens: 2}
+	tests := []struct {
+		name  string
+		wire  worker.Wire
+		calls []worker.Call
+		open  []Interval
+		seen  Seen
+		final Final
+		want  int
+	}{
+		{name: "shadowed", wire: worker.Wire{Shadowed: map[string]int{"DENY_REASON_OPEN": 30}}, calls: []worker.Call{{Err: "failed:transient_failure"}},
+			open: open, seen: Seen{Shadow: 5}, final: published},
+		{name: "denied on the wire", wire: worker.Wire{Denies: map[string]int{"DENY_REASON_OPEN": 3}}, open: open, seen: Seen{Shadow: 5}, final: published, want: 3},
+		{name: "a call denied", calls: []worker.Call{{Err: "denied:open"}}, open: open, seen: Seen{Shadow: 5}, final: published, want: 1},
+		{name: "never seen open", seen: Seen{Shadow: 5}, final: published, want: 1},
+		{name: "not marked shadow", open: open, final: published, want: 1},
+		{name: "transitions not marked", open: open, seen: Seen{Shadow: 5}, final: Final{Transitions: 4, ShadowTransitions: 1, Opens: 2}, want: 3},
+		{name: "no open published", open: open, seen: Seen{Shadow: 5}, final: Final{}, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := &Result{Scenario: Scenario{Name: RuleShadow, Rule: RuleShadow}, Strategy: worker.Cooldownd, T0: t0,
+				Options: Options{P: 1, Policy: p, Timing: DefaultTiming()}, Arrivals: sent, Polls: 1,
+				Open:    map[string][]Interval{worker.KeyPrimary: tt.open},
+				Workers: []*worker.Result{{Calls: tt.calls, Wire: tt.wire}},
+				Seen:    map[string]*Seen{worker.KeyPrimary: &tt.seen}, Final: map[string]*Final{worker.KeyPrimary: &tt.final}}
+			vs := Check(r)
+			assert.Equal(t, tt.want, ruleCount(vs, PropShadow), "%v", vs)
+			assert.Zero(t, ruleCount(vs, PropOpen), "a shadow policy's open state is not enforced")
+		})
+	}
+}
+
+// TestScenarioPolicies: every scenario's policy is valid and reaches the
+// replicas' flags; the fleet rules' scenarios set their rule.
+func TestScenarioPolicies(t *testing.T) {
+	t.Parallel()
+	base := DefaultPolicy()
+	flagOf := func(flags []string, name string) string {
+		for _, f := range flags {
+			if v, ok := strings.CutPrefix(f, "--"+name+"="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	want := map[string]map[string]string{
+		RuleRetryBudget: {"retry-budget": "0.05", "retry-budget-min": "10", "consecutive-failures": "0", "failure-rate": "0", "fleet-window": "1s"},
+		RuleThrottle:    {"throttle-k": "2", "retry-budget": "0", "consecutive-failures": "0", "fleet-window": "100ms"},
+		RuleQuorum:      {"trip-quorum": "2", "failure-rate": "0.03", "fleet-window": "1s"},
+		RuleQuorumOff:   {"trip-quorum": "0", "failure-rate": "0.03"},
+		RuleShadow:      {"shadow": "true", "consecutive-failures": "3"},
+		"hard-outage":   {"shadow": "false", "trip-quorum": "0", "throttle-k": "0", "consecutive-failures": "3"},
+	}
+	seen := 0
+	for _, sc := range Scenarios(ShortTiming()) {
+		p := sc.PolicyFor(base)
+		require.NoError(t, p.Validate(), sc.Name)
+		flags := ServerFlags(p)
+		for name, v := range want[sc.Name] {
+			assert.Equal(t, v, flagOf(flags, name), "%s --%s", sc.Name, name)
+		}
+		if _, ok := want[sc.Name]; ok {
+			seen++
+		}
+	}
+	assert.Equal(t, len(want), seen)
+	assert.Equal(t, DefaultPolicy(), base, "PolicyFor edits a copy")
 }

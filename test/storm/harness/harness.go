@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,6 +66,13 @@ type Harness struct {
 	dir      string
 	replicas []string // base URLs
 	seq      atomic.Int64
+
+	// The running replicas, the flags they run with, and how many sets
+	// of replicas were started (a scenario with its own policy restarts
+	// them).
+	replicaProcs []*proctest.Proc
+	flags        []string
+	generation   int
 
 	procs *proctest.Group // every child still running
 }
@@ -112,16 +120,37 @@ func Start(ctx context.Context, o Options) (*Harness, error) {
 		}
 		h.opts.RedisAddr = addr
 	}
-	for i := range o.K {
-		u, err := h.startReplica(ctx, i)
-		if err != nil {
-			return nil, err
-		}
-		h.replicas = append(h.replicas, u)
+	if err := h.ensureReplicas(ctx, o.Policy); err != nil {
+		return nil, err
 	}
 	o.Logf("redis %s, %d cooldownd replicas %v", h.opts.RedisAddr, o.K, h.replicas)
 	ok = true
 	return h, nil
+}
+
+// ensureReplicas makes the K replicas run with policy p: it keeps them if
+// they already do, else it stops them and starts K new ones on the same
+// Redis.
+func (h *Harness) ensureReplicas(ctx context.Context, p client.Policy) error {
+	flags := ServerFlags(p)
+	if len(h.replicas) == h.opts.K && slices.Equal(flags, h.flags) {
+		return nil
+	}
+	for _, rp := range h.replicaProcs {
+		rp.Kill()
+	}
+	h.procs.Forget(h.replicaProcs...)
+	h.replicas, h.replicaProcs, h.flags = nil, nil, flags
+	h.generation++
+	for i := range h.opts.K {
+		u, rp, err := h.startReplica(ctx, i, flags)
+		if err != nil {
+			return err
+		}
+		h.replicas = append(h.replicas, u)
+		h.replicaProcs = append(h.replicaProcs, rp)
+	}
+	return nil
 }
 
 // ErrNoRedis is returned by [Start] when it must start redis-server and
@@ -137,27 +166,31 @@ func (h *Harness) startRedis(ctx context.Context) (string, error) {
 	return addr, err
 }
 
-func (h *Harness) startReplica(ctx context.Context, i int) (string, error) {
+func (h *Harness) startReplica(ctx context.Context, i int, flags []string) (string, *proctest.Proc, error) {
 	var last error
+	name := fmt.Sprintf("cooldownd-%d", i)
+	if h.generation > 1 {
+		name = fmt.Sprintf("cooldownd-%d-%d", h.generation, i)
+	}
 	for range 3 {
 		port, err := proctest.FreePort()
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
 		args := append([]string{"--addr", "127.0.0.1:" + strconv.Itoa(port), "--redis-url", "redis://" + h.opts.RedisAddr,
-			"--log-level", "warn"}, ServerFlags(h.opts.Policy)...)
-		p, err := h.spawn(fmt.Sprintf("cooldownd-%d", i), h.opts.CooldowndBin, false, args...)
+			"--log-level", "warn"}, flags...)
+		p, err := h.spawn(name, h.opts.CooldowndBin, false, args...)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		last = proctest.WaitFor(ctx, p, 10*time.Second, func() bool { return proctest.Healthy(ctx, base+"/healthz") })
 		if last == nil {
-			return base, nil
+			return base, p, nil
 		}
 		p.Kill()
 	}
-	return "", last
+	return "", nil, last
 }
 
 // Replicas returns the replicas' base URLs.
@@ -192,8 +225,44 @@ type Result struct {
 	// its end as the replicas reported them.
 	Open map[string][]Interval
 	// Polls counts the poll rounds in which every replica answered.
-	Polls  int
+	Polls int
+	// Seen is, per key, what the polls saw of the replicas' state beyond
+	// the open intervals (Cooldownd only).
+	Seen map[string]*Seen
+	// Final is, per key, the connection as replica 0 published it once
+	// the workers were done (Cooldownd only; nil when it did not answer).
+	Final  map[string]*Final
 	Errors []string
+}
+
+// Seen is what the polls saw of one connection's state.
+type Seen struct {
+	// NotClosed counts the poll rounds in which some replica said the
+	// connection was not closed (open or half-open).
+	NotClosed int `json:"not_closed"`
+	// Shadow counts the rounds in which some replica marked it shadow.
+	Shadow int `json:"shadow"`
+	// MaxReporters is the most distinct failure reporters any replica
+	// counted (FleetCounts.failure_reporters).
+	MaxReporters int `json:"max_reporters"`
+	// MaxThrottle is the highest throttle probability any replica gave.
+	MaxThrottle float64 `json:"max_throttle"`
+}
+
+// Final is one connection as cooldownd published it at the end of a run.
+type Final struct {
+	State  string // STATE_CLOSED, …
+	Shadow bool
+	// Transitions counts the transitions in the published history (the
+	// newest, up to the replicas' --history); ShadowTransitions those
+	// marked shadow, Opens those to open.
+	Transitions, ShadowTransitions, Opens int
+	// Fleet holds the fleet counts at the end.
+	FirstAttempts, Retries, Requests, Accepts float64
+	// Policy is the fleet rules' part of the policy cooldownd applied.
+	RetryBudget, ThrottleK float64
+	TripQuorum             int
+	PolicyShadow           bool
 }
 
 // providerConfig is what a provider process reads first on stdin.
@@ -214,6 +283,15 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 	o := h.opts
 	if st == worker.Cooldownd && len(h.replicas) == 0 {
 		return nil, errors.New("harness: started without cooldownd")
+	}
+	o.Policy = sc.PolicyFor(o.Policy)
+	if err := o.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
+	}
+	if st == worker.Cooldownd {
+		if err := h.ensureReplicas(ctx, o.Policy); err != nil {
+			return nil, err
+		}
 	}
 	runID := fmt.Sprintf("%s-%s-%d-%d", sc.Name, st, h.seq.Add(1), time.Now().UnixNano())
 	res := &Result{Scenario: sc, Strategy: st, Options: o, Workers: make([]*worker.Result, o.P)}
@@ -288,7 +366,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 		pollErr error
 	)
 	if st == worker.Cooldownd {
-		bgWG.Go(func() { res.Open, res.Polls, pollErr = h.poll(bg, runID) })
+		bgWG.Go(func() { res.Open, res.Seen, res.Polls, pollErr = h.poll(bg, runID) })
 	}
 	if sc.Kill {
 		bgWG.Go(func() { h.killer(bg, res.T0.Add(sc.KillFrom), provURL, workers, st, killed.Store) })
@@ -315,6 +393,9 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 	if pollErr != nil {
 		res.Errors = append(res.Errors, "poll: "+pollErr.Error())
 	}
+	if st == worker.Cooldownd {
+		res.Final = h.final(ctx, runID)
+	}
 
 	hc := &http.Client{Timeout: 10 * time.Second}
 	resp, err := hc.Get(provURL + "/log")
@@ -328,38 +409,79 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 	return res, nil
 }
 
-// poll reads the primary's and fallback's state from every replica until
-// ctx ends. It returns, per key, the intervals in which all of them said
-// open, and how many rounds every replica answered.
-func (h *Harness) poll(ctx context.Context, runID string) (map[string][]Interval, int, error) {
+// runConns returns the run's two connections by key.
+func runConns(runID string) (map[string]client.Conn, error) {
 	cl, err := client.New(worker.Unreachable)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	primary, fallback, err := worker.Conns(cl, runID)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
+	}
+	return map[string]client.Conn{worker.KeyPrimary: primary, worker.KeyFallback: fallback}, nil
+}
+
+// final reads the run's connections from replica 0 once the run is over.
+func (h *Harness) final(ctx context.Context, runID string) map[string]*Final {
+	keys, err := runConns(runID)
+	if err != nil {
+		return nil
+	}
+	api := cooldownv1connect.NewCooldownServiceClient(&http.Client{Timeout: 5 * time.Second}, h.replicas[0])
+	out := make(map[string]*Final)
+	for key, conn := range keys {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		r, err := api.GetConnection(rctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: conn.ID().Bytes()}))
+		cancel()
+		if err != nil {
+			continue
+		}
+		s, p, fc := r.Msg.GetConnection(), r.Msg.GetPolicy(), r.Msg.GetConnection().GetFleet()
+		f := &Final{State: s.GetState().String(), Shadow: s.GetShadow(), Transitions: len(r.Msg.GetHistory()),
+			FirstAttempts: fc.GetFirstAttempts(), Retries: fc.GetRetries(), Requests: fc.GetRequests(), Accepts: fc.GetAccepts(),
+			RetryBudget: p.GetRetryBudget(), ThrottleK: p.GetThrottleK(), TripQuorum: int(p.GetTripQuorum()), PolicyShadow: p.GetShadow()}
+		for _, tr := range r.Msg.GetHistory() {
+			if tr.GetShadow() {
+				f.ShadowTransitions++
+			}
+			if tr.GetTo() == cooldownv1.State_STATE_OPEN {
+				f.Opens++
+			}
+		}
+		out[key] = f
+	}
+	return out
+}
+
+// poll reads the primary's and fallback's state from every replica until
+// ctx ends. It returns, per key, the intervals in which all of them said
+// open and what else it saw, and how many rounds every replica answered.
+func (h *Harness) poll(ctx context.Context, runID string) (map[string][]Interval, map[string]*Seen, int, error) {
+	keys, err := runConns(runID)
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	hc := &http.Client{Timeout: time.Second}
 	apis := make([]cooldownv1connect.CooldownServiceClient, len(h.replicas))
 	for i, u := range h.replicas {
 		apis[i] = cooldownv1connect.NewCooldownServiceClient(hc, u)
 	}
-	keys := map[string]client.Conn{worker.KeyPrimary: primary, worker.KeyFallback: fallback}
 	open := make(map[string][]Interval)
+	seen := map[string]*Seen{worker.KeyPrimary: {}, worker.KeyFallback: {}}
 	polls := 0
 	t := time.NewTicker(h.opts.Timing.Poll)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return open, polls, nil
+			return open, seen, polls, nil
 		case <-t.C:
 		}
 		all := true
 		for key, conn := range keys {
 			var iv Interval
-			opened := true
+			opened, notClosed, shadow := true, false, false
 			for i, api := range apis {
 				rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 				r, err := api.GetConnection(rctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: conn.ID().Bytes()}))
@@ -369,6 +491,11 @@ func (h *Harness) poll(ctx context.Context, runID string) (map[string][]Interval
 					break
 				}
 				s := r.Msg.GetConnection()
+				sn := seen[key]
+				notClosed = notClosed || s.GetState() != cooldownv1.State_STATE_CLOSED
+				shadow = shadow || s.GetShadow()
+				sn.MaxReporters = max(sn.MaxReporters, int(s.GetFleet().GetFailureReporters()))
+				sn.MaxThrottle = max(sn.MaxThrottle, s.GetFleet().GetThrottleProbability())
 				if s.GetState() != cooldownv1.State_STATE_OPEN || s.GetOpenUntil() == nil || s.GetChangedAt() == nil {
 					opened = false
 					continue
@@ -383,6 +510,12 @@ func (h *Harness) poll(ctx context.Context, runID string) (map[string][]Interval
 			}
 			if opened && iv.To.After(iv.From) {
 				open[key] = append(open[key], iv)
+			}
+			if notClosed {
+				seen[key].NotClosed++
+			}
+			if shadow {
+				seen[key].Shadow++
 			}
 		}
 		if all {

@@ -186,8 +186,12 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 // Floor is the fewest requests a perfectly coordinated fleet sends the
 // failing primary during the scenario's outage: the consecutive failures
 // that trip the breaker, then one probe per open period (one per
-// Retry-After for a rate limit). 0 when the scenario has no simple floor.
+// Retry-After for a rate limit). 0 when the scenario has no simple floor
+// (the fleet rules' scenarios change the policy it assumes).
 func Floor(sc Scenario, o Options) int {
+	if sc.Rule != "" {
+		return 0
+	}
 	var kind fakeprovider.Kind
 	for _, p := range sc.Script.Phases {
 		if p.Key != worker.KeyPrimary && p.Key != "" {
@@ -276,7 +280,12 @@ func Table(w io.Writer, sc Scenario, o Options, rs []*Result) {
 	}
 	var notes []string
 	for _, r := range rs {
-		if wait, rtt, rest, ok := r.RecoverySteps(); ok && r.Strategy == worker.Cooldownd {
+		if s := r.RuleSummary(); s != "" {
+			notes = append(notes, s)
+		}
+	}
+	for _, r := range rs {
+		if wait, rtt, rest, ok := r.RecoverySteps(); ok && r.Strategy == worker.Cooldownd && sc.Rule == "" {
 			notes = append(notes, fmt.Sprintf("(c) recovery: the first probe went %s after the heal, took %s, and the last process was back %s after its answer",
 				fmtDur(wait), fmtDur(rtt), fmtDur(rest)))
 		}
@@ -285,6 +294,7 @@ func Table(w io.Writer, sc Scenario, o Options, rs []*Result) {
 		notes = append(notes, fmt.Sprintf("floor ≈ %d requests (%d failures to trip, then one probe per open period)", f, o.Policy.ConsecutiveFailures))
 	}
 	c, okC := byStrategy[worker.Cooldownd]
+	okC = okC && sc.Rule == "" // the breaker's goals; a fleet rule's figures are above
 	if a, ok := byStrategy[worker.NoCoordination]; ok && okC {
 		notes = append(notes, fmt.Sprintf("(c) vs (a): %s fewer wasted requests, %s after the 1st failure (goal ≥ 10×)",
 			ratio(a.Reached, c.Reached), ratio(a.AfterFirst, c.AfterFirst)))

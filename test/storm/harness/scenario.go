@@ -2,9 +2,11 @@ package harness
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/cooldownd/cooldownd/client"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/test/storm/fakeprovider"
 	"github.com/cooldownd/cooldownd/test/storm/worker"
 )
@@ -26,6 +28,13 @@ type Timing struct {
 	BackoffBase, BackoffCap  time.Duration
 	AdmitTimeout             time.Duration // the client's bound on each call to cooldownd
 	Poll                     time.Duration // how often the harness reads the state from every replica
+	// Capacity is how many requests per second the throttle scenario's
+	// provider serves (it fails the rest).
+	Capacity int
+	// FleetWindow is the fleet rules' window in the retry-budget and
+	// quorum scenarios; ThrottleWindow in the throttle's, short so that
+	// the healthy traffic before the incident leaves the window soon.
+	FleetWindow, ThrottleWindow time.Duration
 }
 
 // DefaultTiming is the benchmark's timing: about 7 s per run.
@@ -37,6 +46,7 @@ func DefaultTiming() Timing {
 		AttemptTimeout: 300 * time.Millisecond, Deadline: 3 * time.Second,
 		MaxRetries: 2, BackoffBase: 100 * time.Millisecond, BackoffCap: 800 * time.Millisecond,
 		AdmitTimeout: client.DefaultAdmitTimeout, Poll: 20 * time.Millisecond,
+		Capacity: 20, FleetWindow: time.Second, ThrottleWindow: 100 * time.Millisecond,
 	}
 }
 
@@ -47,6 +57,15 @@ func ShortTiming() Timing {
 	t.Flap = 400 * time.Millisecond
 	return t
 }
+
+// The fleet rules' settings in their scenarios.
+const (
+	RetryBudgetRatio = 0.05 // of first attempts
+	RetryBudgetMin   = 10   // retries per second
+	ThrottleK        = 2.0  // Google SRE's K
+	// QuorumFailureRate is the quorum scenarios' failure-rate trip.
+	QuorumFailureRate = 0.03
+)
 
 // DefaultPolicy is the sub-second policy the replicas run with (and the
 // local breaker of the process-local strategy): trip after 3 consecutive
@@ -65,23 +84,16 @@ func DefaultPolicy() client.Policy {
 	return p
 }
 
-// ServerFlags returns the cooldownd flags that set policy p.
+// ServerFlags returns the cooldownd flags that set policy p: one
+// --name=value per knob (the fleet rules' --retry-budget,
+// --retry-budget-min, --throttle-k, --trip-quorum, --fleet-window and
+// --shadow included), so that a scenario's policy edits reach the replicas.
 func ServerFlags(p client.Policy) []string {
-	return []string{
-		"--consecutive-failures", fmt.Sprint(p.ConsecutiveFailures),
-		"--failure-rate", fmt.Sprint(p.FailureRate),
-		"--min-calls", fmt.Sprint(max(p.MinCalls, 1)),
-		"--window", p.Window.String(),
-		"--open-base", p.OpenBase.String(),
-		"--open-max", p.OpenMax.String(),
-		"--jitter", fmt.Sprint(p.Jitter),
-		"--rate-limit-cooldown", p.RateLimitCooldown.String(),
-		"--overload-floor", p.OverloadFloor.String(),
-		"--quota-block", p.QuotaBlock.String(),
-		"--auth-block", p.AuthBlock.String(),
-		"--max-probes", fmt.Sprint(p.MaxProbes),
-		"--lease-ttl", p.LeaseTTL.String(),
+	var out []string
+	for _, k := range breaker.Knobs() {
+		out = append(out, k.Flag()+"="+k.String(k.Get(p)))
 	}
+	return out
 }
 
 // Scenario is one scripted provider incident.
@@ -104,6 +116,42 @@ type Scenario struct {
 	// KillFrom.
 	Kill     bool
 	KillFrom time.Duration
+	// Rule is the fleet rule the scenario shows (RuleRetryBudget, …): its
+	// property is checked (see [Check]). Empty for the breaker scenarios.
+	Rule string
+	// Policy edits the harness's policy for this scenario: the replicas
+	// run with it (see [ServerFlags]) and so does the local breaker. Nil
+	// keeps the harness's policy.
+	Policy func(*client.Policy)
+	// Strategies are the strategies the scenario makes sense for; nil:
+	// every one.
+	Strategies []worker.Strategy
+	// Broken lists the worker processes whose path to the provider is
+	// broken: the script fails only their requests.
+	Broken []int
+}
+
+// Fleet rules the scenarios show (issue 18), and the control run of the
+// quorum (the same broken path with the quorum off).
+const (
+	RuleRetryBudget = "retry-budget"
+	RuleThrottle    = "throttle"
+	RuleQuorum      = "quorum"
+	RuleQuorumOff   = "quorum-off"
+	RuleShadow      = "shadow"
+)
+
+// PolicyFor is the policy scenario sc runs with, from the harness's base.
+func (sc Scenario) PolicyFor(base client.Policy) client.Policy {
+	if sc.Policy != nil {
+		sc.Policy(&base)
+	}
+	return base
+}
+
+// Runs reports whether the scenario makes sense for strategy st.
+func (sc Scenario) Runs(st worker.Strategy) bool {
+	return sc.Strategies == nil || slices.Contains(sc.Strategies, st)
 }
 
 // Scenarios returns every scenario for t.
@@ -120,7 +168,67 @@ func Scenarios(t Timing) []Scenario {
 		heal = from + t.Flap
 	}
 	split := w + o*3/10
-	return []Scenario{
+	outage := func(kind fakeprovider.Kind) fakeprovider.Phase {
+		return fakeprovider.Phase{Key: worker.KeyPrimary, From: w, To: w + o, Kind: kind}
+	}
+	noTrips := func(p *client.Policy) { p.ConsecutiveFailures, p.FailureRate = 0, 0 }
+	fw := t.FleetWindow
+	capacity := outage(fakeprovider.Capacity)
+	capacity.Capacity = t.Capacity
+	broken := outage(fakeprovider.Error)
+	broken.Workers = []int{0}
+	guarded := []worker.Strategy{worker.Local, worker.Cooldownd}
+	// One process's failures are a small part of the fleet's reports: a
+	// consecutive-failure count is reset by the others' successes, so the
+	// quorum scenarios add a sensitive failure-rate rule that one broken
+	// process does trip without the quorum (see the control).
+	quorum := func(n int) func(*client.Policy) {
+		return func(p *client.Policy) {
+			p.FailureRate, p.MinCalls, p.Window = QuorumFailureRate, 20, fw
+			p.TripQuorum, p.FleetWindow = n, fw
+		}
+	}
+	fleet := []Scenario{
+		{
+			Name: RuleRetryBudget, Rule: RuleRetryBudget,
+			Title: fmt.Sprintf("every request fails with 500 for %s, the breaker's trip rules off: only the retry budget (%g of first attempts, at least %d/s, over %s) holds retries back",
+				o, RetryBudgetRatio, RetryBudgetMin, fw),
+			Script: script(outage(fakeprovider.Error)), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true,
+			Policy: func(p *client.Policy) {
+				noTrips(p)
+				p.RetryBudget, p.RetryBudgetMin, p.FleetWindow = RetryBudgetRatio, RetryBudgetMin, fw
+			},
+		},
+		{
+			Name: RuleThrottle, Rule: RuleThrottle,
+			Title: fmt.Sprintf("for %s the provider serves %d requests/s and fails the rest with 500; adaptive throttle K=%g over %s, trip rules and retry budget off",
+				o, t.Capacity, ThrottleK, t.ThrottleWindow),
+			Script: script(capacity), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true,
+			Policy: func(p *client.Policy) {
+				noTrips(p)
+				p.RetryBudget, p.ThrottleK, p.FleetWindow = 0, ThrottleK, t.ThrottleWindow
+			},
+		},
+		{
+			Name: RuleQuorum, Rule: RuleQuorum,
+			Title:  fmt.Sprintf("worker 0's path to the provider is broken (every request of it fails with 500) for %s; trip quorum 2 over %s", o, fw),
+			Script: script(broken), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true, Broken: broken.Workers,
+			Policy: quorum(2), Strategies: guarded,
+		},
+		{
+			Name: RuleQuorumOff, Rule: RuleQuorumOff,
+			Title:  "the quorum scenario's control: the same broken path, trip quorum 0 (off)",
+			Script: script(broken), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true, Broken: broken.Workers,
+			Policy: quorum(0), Strategies: []worker.Strategy{worker.Cooldownd},
+		},
+		{
+			Name: RuleShadow, Rule: RuleShadow,
+			Title:  fmt.Sprintf("every request fails with 500 for %s, then healthy; the policy is in shadow mode", o),
+			Script: script(outage(fakeprovider.Error)), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true,
+			Policy: func(p *client.Policy) { p.Shadow = true }, Strategies: []worker.Strategy{worker.Cooldownd},
+		},
+	}
+	return append([]Scenario{
 		{
 			Name: "hard-outage", Title: fmt.Sprintf("every request fails with 500 for %s, then healthy", o),
 			Script:   script(fakeprovider.Phase{Key: worker.KeyPrimary, From: w, To: w + o, Kind: fakeprovider.Error}),
@@ -154,5 +262,5 @@ func Scenarios(t Timing) []Scenario {
 				fakeprovider.Phase{Key: worker.KeyPrimary, From: split, To: w + o, Kind: fakeprovider.Hang}),
 			Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true, Kill: true, KillFrom: split,
 		},
-	}
+	}, fleet...)
 }

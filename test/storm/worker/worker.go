@@ -101,6 +101,9 @@ type Result struct {
 	// with [Cooldownd] they mean cooldownd did not answer in time.
 	LocalAdmissions int64 `json:"local_admissions"`
 	Probes          int64 `json:"probes"`
+	// Wire is what the client said to cooldownd and heard back (the
+	// guarded strategies; with [Local] every exchange fails).
+	Wire Wire `json:"wire"`
 }
 
 // Conns derives the worker's two connections. The harness derives the
@@ -121,6 +124,7 @@ type Worker struct {
 	cl                *client.Client // nil for NoCoordination
 	primary, fallback client.Conn
 	rules             client.Rules
+	wire              *observer
 	locals, probes    atomic.Int64
 }
 
@@ -134,7 +138,7 @@ func New(cfg Config) (*Worker, error) {
 	case cfg.AttemptTimeout <= 0 || cfg.Deadline <= 0 || cfg.Duration <= 0:
 		return nil, errors.New("worker: attempt timeout, deadline and duration must be positive")
 	}
-	w := &Worker{cfg: cfg, rules: client.DefaultRules(), hc: &http.Client{Transport: &http.Transport{
+	w := &Worker{cfg: cfg, rules: client.DefaultRules(), wire: newObserver(), hc: &http.Client{Transport: &http.Transport{
 		MaxIdleConns: 4 * cfg.Goroutines, MaxIdleConnsPerHost: 4 * cfg.Goroutines,
 		IdleConnTimeout: time.Minute, DisableCompression: true,
 	}}}
@@ -158,7 +162,8 @@ func New(cfg Config) (*Worker, error) {
 	cl, err := client.New(url,
 		client.WithLocalPolicy(cfg.Policy), client.WithFailMode(client.FailOpen),
 		client.WithMaxRetries(cfg.MaxRetries), client.WithBackoff(cfg.BackoffBase, cfg.BackoffCap),
-		client.WithAdmitTimeout(cfg.AdmitTimeout), client.WithRules(w.rules), client.WithLogger(log))
+		client.WithAdmitTimeout(cfg.AdmitTimeout), client.WithRules(w.rules), client.WithLogger(log),
+		client.WithHTTPClient(w.wire))
 	if err != nil {
 		return nil, err
 	}
@@ -202,7 +207,7 @@ func (w *Worker) Run(ctx context.Context, start time.Time) Result {
 		})
 	}
 	wg.Wait()
-	return Result{ID: w.cfg.ID, Calls: calls, LocalAdmissions: w.locals.Load(), Probes: w.probes.Load()}
+	return Result{ID: w.cfg.ID, Calls: calls, LocalAdmissions: w.locals.Load(), Probes: w.probes.Load(), Wire: w.wire.snapshot()}
 }
 
 // userCall makes one user call, bounded by the deadline.
@@ -210,6 +215,7 @@ func (w *Worker) userCall(run context.Context, g int, rng *rand.Rand) Call {
 	ctx, cancel := context.WithTimeout(run, w.cfg.Deadline)
 	defer cancel()
 	c := Call{Goroutine: g, Start: time.Now().UnixNano()}
+	sent := make(map[string]int) // requests of this call per key: after the first, a retry there
 	send := func(ctx context.Context, conn client.Conn) (*http.Response, error) {
 		key := KeyPrimary
 		if conn == w.fallback {
@@ -217,7 +223,9 @@ func (w *Worker) userCall(run context.Context, g int, rng *rand.Rand) Call {
 		}
 		t := time.Now()
 		c.Attempts++
-		resp, err := w.send(ctx, g, key)
+		retry := sent[key] > 0
+		sent[key]++
+		resp, err := w.send(ctx, g, key, retry)
 		if resp != nil && resp.StatusCode/100 == 2 {
 			c.Served, c.Key = time.Since(t), key
 		}
@@ -262,8 +270,9 @@ func errKind(err error) string {
 
 // send makes one provider request. It reads the (small) body so that the
 // attempt's timeout can be released, and tags the request for the
-// provider's log, including whether the guard admitted it as a probe.
-func (w *Worker) send(ctx context.Context, g int, key string) (*http.Response, error) {
+// provider's log, including whether the guard admitted it as a probe and
+// whether the call was already sent to this key (a retry there).
+func (w *Worker) send(ctx context.Context, g int, key string, retry bool) (*http.Response, error) {
 	a, guarded := client.AdmissionFrom(ctx)
 	actx, cancel := context.WithTimeout(ctx, w.cfg.AttemptTimeout)
 	defer cancel()
@@ -274,6 +283,9 @@ func (w *Worker) send(ctx context.Context, g int, key string) (*http.Response, e
 	req.Header.Set(fakeprovider.HeaderKey, key)
 	req.Header.Set(fakeprovider.HeaderWorker, strconv.Itoa(w.cfg.ID))
 	req.Header.Set(fakeprovider.HeaderGoroutine, strconv.Itoa(g))
+	if retry {
+		req.Header.Set(fakeprovider.HeaderRetry, "1")
+	}
 	if guarded && a.Decision == client.DecisionAllowProbe {
 		req.Header.Set(fakeprovider.HeaderProbe, "1")
 		w.probes.Add(1)
