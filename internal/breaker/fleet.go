@@ -73,7 +73,9 @@ func (s *State) ThrottleProbability(p Policy, now int64) float64 {
 	f, w := s.fleetAt(p, now), ms(p.FleetWindow)
 	e := now - f.Start
 	rq, ac := weighted(f.PrevRequests, f.CurRequests, w, e), weighted(f.PrevAccepts, f.CurAccepts, w, e)
-	return max(0, (float64(rq)-p.ThrottleK*float64(ac))/float64(rq+w))
+	// The explicit conversion rounds the product on its own (no fused
+	// multiply-add), as the scripts compute it.
+	return max(0, (float64(rq)-float64(p.ThrottleK*float64(ac)))/float64(rq+w))
 }
 
 // budgetAllows says whether one more retry fits the fleet retry budget:

@@ -45,7 +45,10 @@ func (s *State) Admit(p Policy, now int64, a Attempt) (Verdict, []Event) {
 		v.Shadowed, v.ShadowRetryAfter = v.Reason, v.RetryAfter
 		v.Decision, v.Reason, v.RetryAfter = Allow, ReasonNone, 0
 	}
+	// An Admit never creates a state: a connection never reported nor
+	// forced counts nothing here.
 	switch {
+	case !s.seen():
 	case v.Decision == Deny && v.Reason == ReasonThrottled:
 		// A rejected call is one of the throttle's requests (an allowed
 		// one counts when it is reported).
@@ -55,6 +58,10 @@ func (s *State) Admit(p Policy, now int64, a Attempt) (Verdict, []Event) {
 	}
 	return v, evs
 }
+
+// seen says whether the connection has a state: it was reported on, or
+// changed (forced) at least once.
+func (s *State) seen() bool { return s.Revision > 0 || s.UpdatedAt > 0 }
 
 // ThrottleRetryAfter is the wait a throttled call is told (ms): short, as
 // the throttle rejects a share of calls rather than closing the connection.

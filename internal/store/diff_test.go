@@ -33,6 +33,30 @@ func fastPolicy() breaker.Policy {
 	}
 }
 
+// fleetPolicy is fastPolicy with the fleet rules of variant v on: 0 none,
+// 1 the retry budget, 2 the throttle and the trip quorum, 3 all of them in
+// shadow mode. Their window is short enough for sequences to see it
+// rotate and long enough for counts to build up.
+func fleetPolicy(v uint64) breaker.Policy {
+	p := fastPolicy()
+	p.FleetWindow = 2 * time.Second
+	switch v % 4 {
+	case 1:
+		p.RetryBudget, p.RetryBudgetMin = 0.3, 1
+	case 2:
+		p.ThrottleK, p.TripQuorum = 1.5, 2
+	case 3:
+		p.RetryBudget, p.RetryBudgetMin, p.ThrottleK, p.TripQuorum, p.Shadow = 0.25, 0, 2, 3, true
+	}
+	return p
+}
+
+// fleetSeen counts what the sequences exercised of the fleet rules, so
+// that a test can require that each was reached.
+type fleetSeen struct {
+	budget, throttled, shadowed, blocked, counted atomic.Int64
+}
+
 // world drives the store and the model with the same operations.
 type world struct {
 	t      require.TestingT
@@ -41,19 +65,23 @@ type world struct {
 	rdb    redis.UniversalClient
 	mini   *miniredis.Miniredis // nil on real Redis: lease expiry is emulated
 	policy breaker.Policy
+	seen   *fleetSeen
 	now    int64
 	nonce  string
 	jitter int64
+	draw   int64
 	conns  []store.Conn
 	model  []*breaker.State
 	events [][]breaker.Event
 	tokens [][]string // every lease token granted per connection, live or not
 }
 
-func newWorld(t require.TestingT, rdb redis.UniversalClient, mini *miniredis.Miniredis, seed uint64, tenant string) *world {
-	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), rdb: rdb, mini: mini, policy: fastPolicy()}
+func newWorld(t require.TestingT, rdb redis.UniversalClient, mini *miniredis.Miniredis, seed uint64, tenant string,
+	policy breaker.Policy, seen *fleetSeen) *world {
+	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), rdb: rdb, mini: mini, policy: policy, seen: seen}
 	w.now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixMilli() + int64(seed%1000)*10_000
-	opts := store.Options{Policy: &w.policy, Nonce: func() string { return w.nonce }, Jitter: func() int64 { return w.jitter }}
+	opts := store.Options{Policy: &w.policy, Nonce: func() string { return w.nonce }, Jitter: func() int64 { return w.jitter },
+		Draw: func() int64 { return w.draw }}
 	if mini == nil {
 		opts.Clock = func() time.Time { return time.UnixMilli(w.now) }
 	} else {
@@ -89,21 +117,19 @@ func (w *world) step(ctx context.Context, k int) string {
 	c, m := w.conns[i], w.model[i]
 	w.nonce = "n" + strconv.Itoa(k)
 	w.jitter = w.rng.Int64N(1_000_000)
+	w.draw = w.rng.Int64N(1_000_000)
 	switch op := w.rng.IntN(100); {
 	case op < 8:
 		return w.admitFirst(ctx)
 	case op < 30:
+		c.Retry = w.rng.IntN(3) == 0
 		got, err := w.st.Admit(ctx, c)
 		require.NoError(w.t, err)
-		want, evs := m.Admit(w.policy, w.now, breaker.Attempt{Nonce: w.nonce})
+		want, evs := m.Admit(w.policy, w.now, w.attempt(c))
 		w.events[i] = append(w.events[i], evs...)
-		desc := fmt.Sprintf("admit %d → %+v", i, want)
+		desc := fmt.Sprintf("admit %d retry %v draw %d → %+v", i, c.Retry, w.draw, want)
 		require.Equal(w.t, shapes(evs), shapes(got.Events), desc)
-		require.Equal(w.t, want.Decision, got.Decision, desc)
-		require.Equal(w.t, want.Reason, got.Reason, desc)
-		require.Equal(w.t, want.Revision, got.Revision, desc)
-		require.Equal(w.t, want.Phase, got.Phase, desc)
-		require.Equal(w.t, want.RetryAfter, got.RetryAfter, desc)
+		w.sameVerdict(want, got, m, desc)
 		if want.Decision == breaker.Deny {
 			require.Positive(w.t, got.RetryAfter, desc)
 		}
@@ -132,14 +158,22 @@ func (w *world) step(ctx context.Context, k int) string {
 		if rep.Outcome == breaker.OutcomeSuccess && w.rng.IntN(4) == 0 {
 			rep.Count = 1 + w.rng.Int64N(50) // a client's batch of successes
 		}
+		rep.Retry = w.rng.IntN(4) == 0
+		rep.Reporter = []string{"", "r1", "r2", "r3", "pod-7.a_b"}[w.rng.IntN(5)]
 		got, err := w.st.Report(ctx, c, rep)
 		require.NoError(w.t, err)
+		closed := m.Phase <= breaker.Closed && m.Override == breaker.NoOverride
 		want, evs := m.Report(w.policy, w.now, rep, float64(w.jitter)/1e6)
 		w.events[i] = append(w.events[i], evs...)
 		desc := fmt.Sprintf("report %d %+v → %+v", i, rep, want)
 		require.Equal(w.t, shapes(evs), shapes(got.Events), desc)
 		require.Equal(w.t, want, got.ReportResult, desc)
 		require.Equal(w.t, m.Revision, got.Revision, desc)
+		require.Equal(w.t, w.throttle(m), got.ThrottleProbability, desc)
+		if closed && want.Accepted && rep.Outcome == breaker.OutcomeTransientFailure && len(evs) == 0 &&
+			w.policy.ConsecutiveFailures > 0 && m.Consecutive >= w.policy.ConsecutiveFailures {
+			w.seen.blocked.Add(1) // the trip rule fired; the quorum held it back
+		}
 		return desc
 	case op < 82:
 		tok := "0.0.0.x"
@@ -190,22 +224,21 @@ func (w *world) admitFirst(ctx context.Context) string {
 		order = []int{1, 0}
 	}
 	cands := []store.Conn{w.conns[order[0]], w.conns[order[1]]}
+	for j := range cands {
+		cands[j].Retry = w.rng.IntN(3) == 0
+	}
 	idx, got, err := w.st.AdmitFirst(ctx, cands)
 	require.NoError(w.t, err)
 	wantIdx := 0
 	var want []breaker.Verdict
 	for j, i := range order {
-		v, evs := w.model[i].Admit(w.policy, w.now, breaker.Attempt{Nonce: w.nonce})
+		v, evs := w.model[i].Admit(w.policy, w.now, w.attempt(cands[j]))
 		w.events[i] = append(w.events[i], evs...)
 		want = append(want, v)
-		desc := fmt.Sprintf("admit first %v: candidate %d → %+v", order, j, v)
+		desc := fmt.Sprintf("admit first %v: candidate %d retry %v draw %d → %+v", order, j, cands[j].Retry, w.draw, v)
 		require.Greater(w.t, len(got), j, desc)
 		require.Equal(w.t, shapes(evs), shapes(got[j].Events), desc)
-		require.Equal(w.t, v.Decision, got[j].Decision, desc)
-		require.Equal(w.t, v.Reason, got[j].Reason, desc)
-		require.Equal(w.t, v.Revision, got[j].Revision, desc)
-		require.Equal(w.t, v.Phase, got[j].Phase, desc)
-		require.Equal(w.t, v.RetryAfter, got[j].RetryAfter, desc)
+		w.sameVerdict(v, got[j], w.model[i], desc)
 		if v.Lease != nil {
 			require.Equal(w.t, v.Lease.Token, got[j].LeaseToken, desc)
 			w.tokens[i] = append(w.tokens[i], got[j].LeaseToken)
@@ -222,6 +255,48 @@ func (w *world) admitFirst(ctx context.Context) string {
 	require.Len(w.t, got, len(want), desc)
 	require.Equal(w.t, wantIdx, idx, desc)
 	return desc
+}
+
+// attempt is the model's Attempt for an Admit of c at this step (the
+// store's nonce and draw).
+func (w *world) attempt(c store.Conn) breaker.Attempt {
+	return breaker.Attempt{Nonce: w.nonce, Retry: c.Retry, Draw: float64(w.draw) / 1e6}
+}
+
+// throttle is the throttle probability in effect that the store reports
+// after an operation on m: the model's, while closed with no override.
+func (w *world) throttle(m *breaker.State) float64 {
+	if m.Phase > breaker.Closed || m.Override != breaker.NoOverride {
+		return 0
+	}
+	return m.ThrottleProbability(w.policy, w.now)
+}
+
+// sameVerdict requires the store's decision to be the model's verdict,
+// and counts the fleet rules it shows.
+func (w *world) sameVerdict(want breaker.Verdict, got store.Decision, m *breaker.State, desc string) {
+	require.Equal(w.t, want.Decision, got.Decision, desc)
+	require.Equal(w.t, want.Reason, got.Reason, desc)
+	require.Equal(w.t, want.Revision, got.Revision, desc)
+	require.Equal(w.t, want.Phase, got.Phase, desc)
+	require.Equal(w.t, want.RetryAfter, got.RetryAfter, desc)
+	require.Equal(w.t, want.Shadowed, got.Shadowed, desc)
+	require.Equal(w.t, want.ShadowRetryAfter, got.ShadowRetryAfter, desc)
+	require.Equal(w.t, w.throttle(m), got.ThrottleProbability, desc)
+	for _, r := range []breaker.DenyReason{want.Reason, want.Shadowed} {
+		switch r {
+		case breaker.ReasonRetryBudget:
+			w.seen.budget.Add(1)
+		case breaker.ReasonThrottled:
+			w.seen.throttled.Add(1)
+		}
+	}
+	if want.Shadowed != breaker.ReasonNone {
+		w.seen.shadowed.Add(1)
+	}
+	if got.ThrottleProbability > 0 {
+		w.seen.counted.Add(1)
+	}
 }
 
 // check compares the store's view of every connection with the model's.
@@ -311,7 +386,7 @@ func (s *seqT) FailNow() { runtime.Goexit() }
 // several workers at once on real Redis (each world has its own virtual
 // clock): each sequence's steps stay in order, and the workers overlap
 // their round trips. A miniredis has one clock for all: one worker.
-func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Miniredis, seqs, steps int) {
+func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Miniredis, seqs, steps int) *fleetSeen {
 	workers := 8
 	if mini != nil {
 		workers = 1
@@ -319,6 +394,7 @@ func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Mi
 	ctx := context.Background()
 	var next atomic.Int64
 	failed := &seqT{}
+	seen := &fleetSeen{}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -330,7 +406,7 @@ func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Mi
 				if seq >= seqs || stop {
 					return
 				}
-				w := newWorld(failed, rdb, mini, uint64(seq)+1, "t"+strconv.Itoa(seq%3))
+				w := newWorld(failed, rdb, mini, uint64(seq)+1, "t"+strconv.Itoa(seq%3), fleetPolicy(uint64(seq)), seen)
 				var trail []string
 				for k := range steps {
 					desc := w.step(ctx, k)
@@ -347,6 +423,7 @@ func runDifferential(t *testing.T, rdb redis.UniversalClient, mini *miniredis.Mi
 	if len(failed.msgs) > 0 {
 		t.Fatal(strings.Join(failed.msgs, "\n"))
 	}
+	return seen
 }
 
 // sized is n sequences, or underRace under the race detector.
@@ -361,6 +438,24 @@ func TestDifferentialMiniredis(t *testing.T) {
 	t.Parallel()
 	m, c := redistest.Mini(t)
 	runDifferential(t, c, m, sized(100, 2), 60)
+}
+
+// TestDifferentialReachesTheFleetRules: the sequences do exercise every
+// fleet rule (policies vary by sequence, see fleetPolicy), so that the
+// differential tests compare them rather than pass by never meeting
+// them: retry-budget and throttle denials, shadow allows, a trip the
+// quorum held back, a throttle probability above 0.
+func TestDifferentialReachesTheFleetRules(t *testing.T) {
+	t.Parallel()
+	c := redistest.Real(t)
+	seen := runDifferential(t, c, nil, 48, 120)
+	for name, n := range map[string]int64{
+		"retry budget": seen.budget.Load(), "throttled": seen.throttled.Load(), "shadowed": seen.shadowed.Load(),
+		"trip held by the quorum": seen.blocked.Load(), "throttle above 0": seen.counted.Load(),
+	} {
+		t.Logf("%s: %d", name, n)
+		require.Positive(t, n, "no sequence reached: %s", name)
+	}
 }
 
 func TestDifferentialRealRedis(t *testing.T) {

@@ -52,7 +52,7 @@ func TestEveryKnobIsPacked(t *testing.T) {
 			pos, ok := fields[k.Script]
 			require.True(t, ok, "prelude.lua's P has no %s for --%s", k.Script, k.Name)
 			read[k.Script] = true
-			v := map[breaker.Kind]float64{breaker.Count: k.Min + 1, breaker.Ratio: 0.375, breaker.Span: float64(11 * time.Second)}[k.Kind]
+			v := map[breaker.Kind]float64{breaker.Count: k.Min + 1, breaker.Ratio: 0.375, breaker.Span: float64(11 * time.Second), breaker.Switch: 1}[k.Kind]
 			p := base
 			k.Set(&p, v)
 			require.NotEqual(t, base, p)
@@ -70,6 +70,8 @@ func TestEveryKnobIsPacked(t *testing.T) {
 				assert.Equal(t, k.String(v), arg[pos-1], "a count as it is")
 			case breaker.Span:
 				assert.Equal(t, strconv.FormatInt(time.Duration(v).Milliseconds(), 10), arg[pos-1], "a duration in ms")
+			case breaker.Switch:
+				assert.Equal(t, "1", arg[pos-1], "a switch as 1 or 0")
 			}
 		})
 	}

@@ -43,7 +43,7 @@ func TestLuaConstantsMatchTheModel(t *testing.T) {
 	assert.Equal(t, want, luaTable(t, src, "DECISION"))
 
 	want = map[string]int{}
-	for r := breaker.ReasonNone; r <= breaker.ReasonOverloaded; r++ {
+	for r := breaker.ReasonNone; r <= breaker.ReasonThrottled; r++ {
 		want[upper(r.String())] = int(r)
 	}
 	assert.Equal(t, want, luaTable(t, src, "REASON"))
@@ -107,7 +107,13 @@ func TestFastPathsUseThePreludesNames(t *testing.T) {
 			writes++
 		}
 	}
-	assert.Equal(t, 8, writes, "report_fast.lua's writes: sc cf ls lo le lb wcc xp")
+	assert.Equal(t, 9, writes, "report_fast.lua's writes: sc cf ls lo le lb wcc fcf xp")
+	// The fleet window's rotation, written as one (its fields the
+	// prelude's).
+	for _, f := range []string{"fs", "fpf", "fpr", "fpq", "fpa", "fcr", "fcq", "fca", "fcf"} {
+		assert.True(t, fields[f], f)
+		assert.Contains(t, read("report_fast.lua"), "'"+f+"'")
+	}
 	fast := read("report_fast.lua")
 	// The window's rotation and the time of the update, written as one.
 	assert.Contains(t, fast, "'ws', string.format('%d', start), 'wpc', pc, 'wpf', pf, 'wcf', '0'")

@@ -37,6 +37,10 @@ type Decision struct {
 	// LeaseExpired is true when this probe grant took the slot of a lease
 	// that lapsed unsettled: its holder never reported (it died or hung).
 	LeaseExpired bool
+	// ThrottleProbability is the adaptive throttle's rejection
+	// probability in effect after the decision: 0 unless the connection
+	// is closed with no override and its throttle is on.
+	ThrottleProbability float64
 }
 
 // Admit decides whether one call to c may go now: one round trip (two
@@ -131,7 +135,7 @@ type admitCmd struct {
 // admitScript runs (or, on a pipeline, queues) admit.lua over cands.
 func (s *Store) admitScript(ctx context.Context, p processor, cands []Conn, peek bool) admitCmd {
 	ks := make([]string, 0, 2*len(cands))
-	args := make([]any, 0, 2+4*len(cands))
+	args := make([]any, 0, 2+6*len(cands))
 	pk := "0"
 	if peek {
 		pk = "1"
@@ -140,7 +144,7 @@ func (s *Store) admitScript(ctx context.Context, p processor, cands []Conn, peek
 	for _, c := range cands {
 		l := c.layout()
 		ks = append(ks, connKeys(l)...)
-		args = append(args, s.policyArg(s.connPolicy(c)), keys.Channel(l.Tenant), l.ID.String(), s.nonce())
+		args = append(args, s.policyArg(s.connPolicy(c)), keys.Channel(l.Tenant), l.ID.String(), s.nonce(), flag(c.Retry), s.draw())
 	}
 	if _, ok := p.(redis.Pipeliner); ok {
 		return admitCmd{cmd: scriptAdmit.queue(ctx, p, "evalsha", ks, args), retry: func() *redis.Cmd {
@@ -170,6 +174,9 @@ func (a admitCmd) decode() ([]admitted, error) {
 		d.LeaseExpired = r.int() == 1
 		exists := r.int() == 1
 		wake := r.int()
+		d.Shadowed = breaker.DenyReason(r.int())
+		d.ShadowRetryAfter = r.int()
+		d.ThrottleProbability = r.prob()
 		d.Events = r.events()
 		if d.Decision == breaker.AllowProbe {
 			d.LeaseExpires = time.UnixMilli(lexp)
@@ -227,6 +234,9 @@ type ReportResult struct {
 	Events []breaker.Event
 	// Now is the server clock when the report was applied.
 	Now time.Time
+	// ThrottleProbability is the adaptive throttle's rejection
+	// probability in effect after the report (see Decision's).
+	ThrottleProbability float64
 }
 
 // Report applies the outcome of one call: one round trip. A connection's
@@ -243,7 +253,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
 		r := newReply(scriptReport.run(ctx, sc, connKeys(l), s.args(p, l,
 			rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
-			registeredAt, registerGrace.Milliseconds(), max(rep.Count, 1))...).Result())
+			registeredAt, registerGrace.Milliseconds(), max(rep.Count, 1), flag(rep.Retry), rep.Reporter)...).Result())
 		// REPORT_REPLY in report.lua.
 		status := r.int()
 		res.Accepted = r.int() == 1
@@ -253,6 +263,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		res.Phase = breaker.Phase(r.int())
 		res.Now = time.UnixMilli(r.int())
 		wake = r.int()
+		res.ThrottleProbability = r.prob()
 		res.Events = r.events()
 		if r.err != nil {
 			return 0, unavailable("report", r.err)
@@ -295,4 +306,12 @@ func (s *Store) ExtendLease(ctx context.Context, c Conn, token string, ttl time.
 		return time.Time{}, ErrLeaseNotHeld
 	}
 	return time.UnixMilli(expires), nil
+}
+
+// flag is a boolean script argument.
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }

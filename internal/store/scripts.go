@@ -63,9 +63,10 @@ const (
 func connKeys(l keys.Layout) []string { return l.Script() }
 
 // policyArg is a connection's policy, idle TTL and history cap as one
-// argument (bind in prelude.lua): idle, rate basis points and window first
-// (report_fast.lua reads only those), in milliseconds where a duration. It
-// is the same for every call with one policy, so it is formatted once.
+// argument (bind in prelude.lua), in milliseconds where a duration: idle,
+// rate basis points, window, fleet window, retry budget basis points,
+// throttle K and shadow first (the fast paths read only those). It is the
+// same for every call with one policy, so it is formatted once.
 func (s *Store) policyArg(p breaker.Policy) string {
 	if cached, ok := s.argCache.Load(p); ok {
 		if a, ok := cached.(string); ok {
@@ -73,24 +74,28 @@ func (s *Store) policyArg(p breaker.Policy) string {
 		}
 	}
 	var b []byte
-	for i, n := range []int64{
-		s.idle.Milliseconds(), p.RateBasisPoints(), p.Window.Milliseconds(), int64(p.ConsecutiveFailures),
-		int64(p.MinCalls), p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds(),
-	} {
-		if i > 0 {
+	ints := func(ns ...int64) {
+		for _, n := range ns {
 			b = append(b, ',')
+			b = strconv.AppendInt(b, n, 10)
 		}
-		b = strconv.AppendInt(b, n, 10)
 	}
-	b = append(b, ',')
-	b = strconv.AppendFloat(b, p.Jitter, 'g', -1, 64)
-	for _, n := range []int64{
-		p.RateLimitCooldown.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
-		p.AuthBlock.Milliseconds(), int64(p.MaxProbes), p.LeaseTTL.Milliseconds(), int64(s.history),
-	} {
+	float := func(f float64) {
 		b = append(b, ',')
-		b = strconv.AppendInt(b, n, 10)
+		b = strconv.AppendFloat(b, f, 'g', -1, 64)
 	}
+	shadow := int64(0)
+	if p.Shadow {
+		shadow = 1
+	}
+	b = strconv.AppendInt(b, s.idle.Milliseconds(), 10)
+	ints(p.RateBasisPoints(), p.Window.Milliseconds(), p.FleetWindow.Milliseconds(), p.RetryBudgetBasisPoints())
+	float(p.ThrottleK)
+	ints(shadow, int64(p.ConsecutiveFailures), int64(p.MinCalls), p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds())
+	float(p.Jitter)
+	ints(p.RateLimitCooldown.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
+		p.AuthBlock.Milliseconds(), int64(p.MaxProbes), p.LeaseTTL.Milliseconds(), int64(p.RetryBudgetMin),
+		int64(p.TripQuorum), int64(s.history))
 	a := string(b)
 	s.argCache.Store(p, a)
 	return a
@@ -253,6 +258,16 @@ type stateJSON struct {
 	PrevFails     int64  `json:"prev_fails"`
 	CurCalls      int64  `json:"cur_calls"`
 	CurFails      int64  `json:"cur_fails"`
+	FleetStart    int64  `json:"fleet_start"`
+	PrevFirsts    int64  `json:"prev_firsts"`
+	CurFirsts     int64  `json:"cur_firsts"`
+	PrevRetries   int64  `json:"prev_retries"`
+	CurRetries    int64  `json:"cur_retries"`
+	PrevRequests  int64  `json:"prev_requests"`
+	CurRequests   int64  `json:"cur_requests"`
+	PrevAccepts   int64  `json:"prev_accepts"`
+	CurAccepts    int64  `json:"cur_accepts"`
+	Reporters     string `json:"reporters"`
 	Leases        []struct {
 		Slot    int    `json:"slot"`
 		Token   string `json:"token"`
@@ -271,11 +286,45 @@ func (j *stateJSON) state() (breaker.State, int64, string) {
 		LastOutcome: breaker.Outcome(j.LastOutcome), LastErrorCode: j.LastError,
 		ChangedAt: j.ChangedAt, UpdatedAt: j.UpdatedAt,
 		Window: breaker.Window{Start: j.WindowStart, PrevCalls: j.PrevCalls, PrevFails: j.PrevFails, CurCalls: j.CurCalls, CurFails: j.CurFails},
+		Fleet: breaker.Fleet{Start: j.FleetStart, PrevFirsts: j.PrevFirsts, CurFirsts: j.CurFirsts,
+			PrevRetries: j.PrevRetries, CurRetries: j.CurRetries, PrevRequests: j.PrevRequests, CurRequests: j.CurRequests,
+			PrevAccepts: j.PrevAccepts, CurAccepts: j.CurAccepts},
+		Reporters: reporters(j.Reporters),
 	}
 	for _, l := range j.Leases {
 		st.Leases = append(st.Leases, breaker.Lease{Slot: l.Slot, Token: l.Token, Granted: tokenGranted(l.Token), Expires: l.Expires})
 	}
 	return st, j.Now, j.Label
+}
+
+// reporters decodes prelude.lua's "id:at,id:at" (ids have no ':' or ',').
+func reporters(s string) []breaker.Reporter {
+	var out []breaker.Reporter
+	for item := range strings.SplitSeq(s, ",") {
+		id, at, ok := strings.Cut(item, ":")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(at, 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, breaker.Reporter{ID: id, At: n})
+	}
+	return out
+}
+
+// prob reads a probability the scripts send as a string ('%.17g').
+func (r *reply) prob() float64 {
+	x := r.str()
+	if r.err != nil {
+		return 0
+	}
+	f, err := strconv.ParseFloat(x, 64)
+	if err != nil {
+		r.err = fmt.Errorf("store: script reply value %d is %q, not a number", r.i-1, x)
+	}
+	return f
 }
 
 // state decodes a state_table(s) sent as JSON.

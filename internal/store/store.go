@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,9 @@ type Options struct {
 	Nonce func() string
 	// Jitter, for tests only, replaces the random jitter (millionths).
 	Jitter func() int64
+	// Draw, for tests only, replaces the adaptive throttle's uniform draw
+	// (millionths, one per Admit candidate).
+	Draw func() int64
 }
 
 // Store is cooldownd's Redis state. It is safe for concurrent use.
@@ -77,6 +81,7 @@ type Store struct {
 	clock     func() time.Time
 	nonce     func() string
 	jitter    func() int64
+	draw      func() int64
 	maxConns  int
 	// sweepEvery and sweepTTL drive Run (see Options).
 	sweepEvery, sweepTTL time.Duration
@@ -92,7 +97,7 @@ type Store struct {
 func New(rdb RedisClient, o Options) (*Store, error) {
 	cluster, _ := rdb.(clusterClient)
 	s := &Store{rdb: rdb, cluster: cluster, locks: redislock.New(rdb), policy: breaker.DefaultPolicy(), policyFor: o.PolicyFor,
-		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter, maxConns: o.MaxConnsPerTenant,
+		idle: o.IdleTTL, history: o.History, clock: o.Clock, nonce: o.Nonce, jitter: o.Jitter, draw: o.Draw, maxConns: o.MaxConnsPerTenant,
 		sweepEvery: o.SweepInterval, sweepTTL: o.SweepLockTTL, durable: o.Durability}
 	if o.Policy != nil {
 		s.policy = *o.Policy
@@ -123,6 +128,9 @@ func New(rdb RedisClient, o Options) (*Store, error) {
 	}
 	if s.jitter == nil {
 		s.jitter = randomJitter
+	}
+	if s.draw == nil {
+		s.draw = func() int64 { return mrand.Int64N(1_000_000) }
 	}
 	return s, nil
 }

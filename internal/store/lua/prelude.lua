@@ -16,7 +16,7 @@
 -- names_test.go checks them against the Go constants.
 local DECISION = {ALLOW = 1, ALLOW_PROBE = 2, DENY = 3}
 local REASON = {NONE = 0, COOLDOWN = 1, OPEN = 2, PROBE_IN_FLIGHT = 3, QUOTA = 4, AUTH = 5, FORCED_OPEN = 6,
-  OVERLOADED = 7}
+  OVERLOADED = 7, RETRY_BUDGET = 8, THROTTLED = 9}
 local PHASE = {CLOSED = 1, OPEN = 2, HALF_OPEN = 3}
 local CAUSE = {NONE = 0, BREAKER = 1, RATE_LIMIT = 2, OVERLOAD = 3, QUOTA = 4, AUTH = 5, FORCED = 6, RESET = 7,
   PROBE_SUCCESS = 8, OPEN_EXPIRED = 9, FORCE_EXPIRED = 10, OVERRIDE_CLEARED = 11}
@@ -24,6 +24,8 @@ local OUTCOME = {SUCCESS = 1, TRANSIENT_FAILURE = 2, RATE_LIMITED = 3, OVERLOADE
   AUTH_FAILURE = 6, CLIENT_ERROR = 7, CANCELED = 8}
 local OVERRIDE = {NONE = 0, FORCED_OPEN = 1, FORCED_CLOSED = 2}
 local MAX_COUNT, MAX_REOPENS = 100000, 64
+-- internal/breaker's ThrottleRetryAfter (ms).
+local THROTTLE_RETRY_AFTER = 1000
 -- STATUS is the first value of a writing script's reply: APPLIED, or
 -- UNREGISTERED when the connection does not exist and the store has not
 -- just registered it in its tenant's index (see register in tenant.lua):
@@ -46,11 +48,12 @@ local function bind(k, base)
     i = i + 1
     v[i] = tonumber(x)
   end
-  IDLE, HCAP = v[1], v[15]
+  IDLE, HCAP = v[1], v[21]
   P = {
-    rate_bp = v[2], window = v[3], consecutive = v[4], min_calls = v[5], open_base = v[6], open_max = v[7],
-    jitter = v[8], rate_limit_default = v[9], overload_floor = v[10], quota_block = v[11], auth_block = v[12],
-    max_probes = v[13], lease_ttl = v[14],
+    rate_bp = v[2], window = v[3], fleet_window = v[4], budget_bp = v[5], throttle_k = v[6], shadow = v[7],
+    consecutive = v[8], min_calls = v[9], open_base = v[10], open_max = v[11], jitter = v[12],
+    rate_limit_default = v[13], overload_floor = v[14], quota_block = v[15], auth_block = v[16],
+    max_probes = v[17], lease_ttl = v[18], budget_min = v[19], quorum = v[20],
   }
   CHAN, ID = ARGV[base + 1], ARGV[base + 2]
   events = {}
@@ -61,10 +64,14 @@ end
 -- versions; TEXT_FIELDS are strings, the others integers.
 local STATE_FIELDS = {'phase', 'cause', 'revision', 'open_until', 'reopens', 'consecutive', 'window_start',
   'prev_calls', 'prev_fails', 'cur_calls', 'cur_fails', 'override', 'override_until', 'successes', 'failures',
-  'last_status', 'last_outcome', 'last_error', 'changed_at', 'updated_at', 'label'}
+  'last_status', 'last_outcome', 'last_error', 'changed_at', 'updated_at', 'label', 'fleet_start', 'prev_firsts',
+  'cur_firsts', 'prev_retries', 'cur_retries', 'prev_requests', 'cur_requests', 'prev_accepts', 'cur_accepts',
+  'reporters'}
 local HASH_FIELDS = {'ph', 'ca', 'rv', 'ou', 'ro', 'cf', 'ws', 'wpc', 'wpf', 'wcc', 'wcf', 'ov', 'ovu', 'sc', 'fc',
-  'ls', 'lo', 'le', 'cat', 'uat', 'lb'}
-local TEXT_FIELDS = {last_error = true, label = true}
+  'ls', 'lo', 'le', 'cat', 'uat', 'lb', 'fs', 'fpf', 'fcf', 'fpr', 'fcr', 'fpq', 'fcq', 'fpa', 'fca', 'qr'}
+-- reporters is the trip quorum's "id:at,id:at" (internal/breaker's
+-- State.Reporters, oldest first; ids have no ':' or ',').
+local TEXT_FIELDS = {last_error = true, label = true, reporters = true}
 local NFIELDS = #STATE_FIELDS
 -- Lease slot n is two fields: its token and its expiry (Unix ms). A token
 -- whose lease lapsed stays until the slot is granted again, which is how a
@@ -203,6 +210,10 @@ local function state_table(s)
     last_error = s.last_error, changed_at = s.changed_at, updated_at = s.updated_at, label = s.label,
     window_start = s.window_start, prev_calls = s.prev_calls, prev_fails = s.prev_fails,
     cur_calls = s.cur_calls, cur_fails = s.cur_fails, leases = leases,
+    fleet_start = s.fleet_start, prev_firsts = s.prev_firsts, cur_firsts = s.cur_firsts,
+    prev_retries = s.prev_retries, cur_retries = s.cur_retries, prev_requests = s.prev_requests,
+    cur_requests = s.cur_requests, prev_accepts = s.prev_accepts, cur_accepts = s.cur_accepts,
+    reporters = s.reporters,
   }
 end
 
@@ -243,7 +254,104 @@ end
 
 local function reset_counts(s)
   s.consecutive, s.window_start, s.prev_calls, s.prev_fails, s.cur_calls, s.cur_fails = 0, 0, 0, 0, 0, 0
+  s.reporters = ''
 end
+
+-- The fleet rules (internal/breaker/fleet.go). fleet_at is the fleet
+-- counts as of now, rotated without writing: the view a decision reads.
+local function fleet_at(s)
+  local w = P.fleet_window
+  local start = now - now % w
+  if s.fleet_start == start then
+    return {start = start, pf = s.prev_firsts, cf = s.cur_firsts, pr = s.prev_retries, cr = s.cur_retries,
+      pq = s.prev_requests, cq = s.cur_requests, pa = s.prev_accepts, ca = s.cur_accepts}
+  end
+  if s.fleet_start == start - w then
+    return {start = start, pf = s.cur_firsts, cf = 0, pr = s.cur_retries, cr = 0, pq = s.cur_requests, cq = 0,
+      pa = s.cur_accepts, ca = 0}
+  end
+  return {start = start, pf = 0, cf = 0, pr = 0, cr = 0, pq = 0, cq = 0, pa = 0, ca = 0}
+end
+
+-- throttle_prob is the adaptive throttle's rejection probability,
+-- max(0, (requests - K*accepts) / (requests + 1)) in weighted units, in
+-- the model's float operation order.
+local function throttle_prob(s)
+  if P.throttle_k <= 0 then return 0 end
+  local f, w = fleet_at(s), P.fleet_window
+  local e = now - f.start
+  local rq = f.pq * (w - e) + f.cq * w
+  local ac = f.pa * (w - e) + f.ca * w
+  return math.max(0, (rq - P.throttle_k * ac) / (rq + w))
+end
+
+-- budget_allows says whether one more retry fits the retry budget, in
+-- exact integers.
+local function budget_allows(s)
+  if P.budget_bp <= 0 then return true end
+  local f, w = fleet_at(s), P.fleet_window
+  local e = now - f.start
+  local retries = f.pr * (w - e) + f.cr * w + w
+  local firsts = f.pf * (w - e) + f.cf * w
+  return retries * 10000 <= math.max(P.budget_min * w * w * 10, P.budget_bp * firsts)
+end
+
+-- count_fleet rotates the fleet counts into s and adds to the current
+-- bucket.
+local function count_fleet(s, firsts, retries, requests, accepts)
+  local f = fleet_at(s)
+  s.fleet_start, s.prev_firsts, s.prev_retries, s.prev_requests, s.prev_accepts = f.start, f.pf, f.pr, f.pq, f.pa
+  s.cur_firsts = math.min(f.cf + firsts, MAX_COUNT)
+  s.cur_retries = math.min(f.cr + retries, MAX_COUNT)
+  s.cur_requests = math.min(f.cq + requests, MAX_COUNT)
+  s.cur_accepts = math.min(f.ca + accepts, MAX_COUNT)
+end
+
+-- count_report counts a reported call for the rules that are on.
+local function count_report(s, outcome, retry, n)
+  local firsts = P.budget_bp > 0 and not retry
+  local throttle = P.throttle_k > 0
+  if outcome == OUTCOME.CANCELED or (not firsts and not throttle) then return end
+  if outcome ~= OUTCOME.SUCCESS then n = 1 end
+  local f, q, a = 0, 0, 0
+  if firsts then f = n end
+  if throttle then
+    q = n
+    if outcome == OUTCOME.SUCCESS or outcome == OUTCOME.CLIENT_ERROR then a = n end
+  end
+  count_fleet(s, f, 0, q, a)
+end
+
+local function reporter_list(s)
+  local rs = {}
+  for id, at in string.gmatch(s.reporters, '([^:,]*):(%d+)') do rs[#rs + 1] = {id = id, at = tonumber(at)} end
+  return rs
+end
+
+local function failure_reporters(s)
+  local n, cut = 0, now - P.fleet_window
+  for _, r in ipairs(reporter_list(s)) do
+    if r.at > cut then n = n + 1 end
+  end
+  return n
+end
+
+-- saw_failure records that reporter id saw an ambiguous failure now.
+local function saw_failure(s, id)
+  if P.quorum <= 1 then return end
+  local cut, keep = now - P.fleet_window, {}
+  for _, r in ipairs(reporter_list(s)) do
+    if r.at > cut and r.id ~= id then keep[#keep + 1] = r end
+  end
+  keep[#keep + 1] = {id = id, at = now}
+  local parts = {}
+  for i = math.max(1, #keep - P.quorum + 1), #keep do
+    parts[#parts + 1] = keep[i].id .. ':' .. string.format('%d', keep[i].at)
+  end
+  s.reporters = table.concat(parts, ',')
+end
+
+local function quorate(s) return P.quorum <= 1 or failure_reporters(s) >= P.quorum end
 
 -- settle applies what time alone does, each timed transition stamped with
 -- the instant it became due (lapsed leases were dropped by load).

@@ -2,13 +2,17 @@
 -- ARGV[8] retry_after ms, ARGV[9] http status, ARGV[10] error code,
 -- ARGV[11] label ('' keeps the stored one), ARGV[12] jitter in millionths,
 -- ARGV[13] registered_at, ARGV[14] grace (see may_create), ARGV[15] how many
--- successes the report stands for (a client's batch; 1 otherwise).
-local REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake'}
+-- successes the report stands for (a client's batch; 1 otherwise),
+-- ARGV[16] retry ('1': the call was a retry on this connection), ARGV[17]
+-- the reporter (for the trip quorum). throttle in the reply is the
+-- throttle's rejection probability in effect after the report (0 unless
+-- closed with no override), as a string.
+local REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake', 'throttle'}
 bind(1, 2)
 local s = load()
 if not may_create(s, tonumber(ARGV[13]), tonumber(ARGV[14])) then
   return reply(REPORT_REPLY, {status = STATUS.UNREGISTERED, accepted = 0, changed = 0, created = 0, revision = 0,
-    phase = s.phase, now = now, wake = 0})
+    phase = s.phase, now = now, wake = 0, throttle = '0'})
 end
 local created = not s.exists
 settle(s)
@@ -23,6 +27,7 @@ local lease = find_lease(s, token)
 -- not the verdict).
 local accepted = lease ~= nil or (rev == s.revision and s.phase ~= PHASE.HALF_OPEN)
 if lease then release(s, lease) end
+count_report(s, outcome, ARGV[16] == '1', batch)
 local before = #events
 
 local function open_duration()
@@ -86,7 +91,8 @@ if outcome ~= OUTCOME.CANCELED and s.override == OVERRIDE.NONE then
         s.failures = math.min(s.failures + 1, MAX_COUNT)
         s.consecutive = math.min(s.consecutive + 1, MAX_COUNT)
         count(true, 1)
-        if (P.consecutive > 0 and s.consecutive >= P.consecutive) or rate_tripped() then trip() end
+        saw_failure(s, ARGV[17])
+        if ((P.consecutive > 0 and s.consecutive >= P.consecutive) or rate_tripped()) and quorate(s) then trip() end
       end
     end
   end
@@ -105,6 +111,8 @@ if outcome ~= OUTCOME.CANCELED and s.override == OVERRIDE.NONE then
 end
 save(s)
 emit(s)
+local throttle = '0'
+if s.phase == PHASE.CLOSED and s.override == OVERRIDE.NONE then throttle = string.format('%.17g', throttle_prob(s)) end
 return reply(REPORT_REPLY, {status = STATUS.APPLIED, accepted = accepted and 1 or 0,
   changed = (#events > before) and 1 or 0, created = created and 1 or 0, revision = s.revision, phase = s.phase,
-  now = now, wake = wake(s)})
+  now = now, wake = wake(s), throttle = throttle})

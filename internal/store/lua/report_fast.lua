@@ -1,21 +1,25 @@
 -- report's fast path, before the prelude runs: a success with the current
--- revision and no lease or hint, on a closed connection with no override.
--- internal/breaker's Report then counts it and moves nothing (no settle,
--- no lease, no transition, no event), so one HMGET reads what it changes
--- and one HSET writes only the fields whose value moves. The keys' time to live is
+-- revision and no lease or hint, on a closed connection with no override,
+-- whose policy's throttle is off. internal/breaker's Report then counts
+-- it and moves nothing (no settle, no lease, no transition, no event), so
+-- one HMGET reads what it changes and one HSET writes only the fields
+-- whose value moves: the breaker's window and, while the retry budget is
+-- on, a first attempt in the fleet window. The keys' time to live is
 -- refreshed only when due: when less than the idle TTL is left, to the
 -- idle TTL and an eighth (EXPIRES_AT in prelude.lua), so a healthy
 -- connection lives at least its idle TTL after its last report and its
 -- expiry is rewritten at most once per eighth of it. Any other report goes
 -- on to the full script. ARGV as report.lua's; the field names are
 -- prelude.lua's HASH_FIELDS, the numbers its PHASE, OVERRIDE, OUTCOME,
--- STATUS and MAX_COUNT.
-if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
+-- STATUS and MAX_COUNT, the policy's first fields policyArg's.
+do
+local idle, rate_bp, window, fleet_window, budget_bp, throttle_k = string.match(ARGV[2],
+  '^(%d+),(%d+),(%d+),(%d+),(%d+),([^,]+),')
+if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 and throttle_k == '0' then
   local CLOSED, NO_OVERRIDE, SUCCESS, APPLIED, MAX_COUNT = '1', '0', '1', 1, 100000
   local S = KEYS[1]
-  local f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp')
+  local f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp', 'fs', 'fcf')
   if f[1] == CLOSED and f[2] == NO_OVERRIDE and f[3] == ARGV[5] then
-    local idle, rate_bp, window = string.match(ARGV[2], '^(%d+),(%d+),(%d+),')
     local batch = tonumber(ARGV[15]) or 1
     if batch < 1 then batch = 1 end
     local w, n = {'uat', string.format('%d', now)}, 2
@@ -63,6 +67,32 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
         w[n - 1], w[n] = 'wcc', string.format('%d', math.min(cc + batch, MAX_COUNT))
       end
     end
+    if budget_bp ~= '0' and ARGV[16] ~= '1' then
+      -- prelude.lua's count_report: a first attempt (batch) in the fleet
+      -- window, rotated first (its other counts are read only then).
+      local fw = tonumber(fleet_window)
+      local start = now - now % fw
+      local fs, fcf = tonumber(f[13]) or 0, tonumber(f[14]) or 0
+      if fs ~= start then
+        local c = {'0', '0', '0'}
+        local pf = '0'
+        if fs == start - fw then
+          c = redis.call('HMGET', S, 'fcr', 'fcq', 'fca')
+          pf = f[14] or '0'
+        end
+        w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6], w[n + 7], w[n + 8] =
+          'fs', string.format('%d', start), 'fpf', pf, 'fpr', c[1] or '0', 'fpq', c[2] or '0'
+        w[n + 9], w[n + 10], w[n + 11], w[n + 12], w[n + 13], w[n + 14] =
+          'fpa', c[3] or '0', 'fcr', '0', 'fcq', '0'
+        w[n + 15], w[n + 16] = 'fca', '0'
+        n = n + 16
+        fcf = 0
+      end
+      if fcf < MAX_COUNT then
+        n = n + 2
+        w[n - 1], w[n] = 'fcf', string.format('%d', math.min(fcf + batch, MAX_COUNT))
+      end
+    end
     idle = tonumber(idle)
     local xp = tonumber(f[12]) or 0
     if xp - now < idle then
@@ -75,7 +105,8 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
     end
     redis.call('HSET', S, unpack(w))
     -- REPORT_REPLY of report.lua: status, accepted, changed, created,
-    -- revision, phase, now, wake; no events.
-    return {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, 0}
+    -- revision, phase, now, wake, throttle (off); no events.
+    return {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, '0', 0}
   end
+end
 end
