@@ -27,9 +27,10 @@ func dur(ms int64) *durationpb.Duration {
 	return durationpb.New(time.Duration(ms) * time.Millisecond)
 }
 
-// stateProto is a connection's wire state; withTenant names its tenant
-// (for callers that may see several).
-func stateProto(s store.Snapshot, withTenant bool) *cooldownv1.ConnectionState {
+// stateProto is a connection's wire state under its policy p (for the
+// shadow mark and the fleet counts, which are read through it);
+// withTenant names its tenant (for callers that may see several).
+func stateProto(s store.Snapshot, p breaker.Policy, withTenant bool) *cooldownv1.ConnectionState {
 	st := s.State
 	now := s.Now.UnixMilli()
 	phase := st.Phase
@@ -53,6 +54,8 @@ func stateProto(s store.Snapshot, withTenant bool) *cooldownv1.ConnectionState {
 		OverrideUntil:       ts(st.OverrideUntil),
 		ChangedAt:           ts(st.ChangedAt),
 		UpdatedAt:           ts(st.UpdatedAt),
+		Shadow:              p.Shadow,
+		Fleet:               fleetProto(st.FleetCounts(p, now)),
 	}
 	if withTenant {
 		out.Tenant = s.Tenant
@@ -71,7 +74,63 @@ func stateProto(s store.Snapshot, withTenant bool) *cooldownv1.ConnectionState {
 	return out
 }
 
-func transitionProto(t store.Transition, label string) *cooldownv1.Transition {
+// admitProto is Admit's answer: the decision of candidate idx, and every
+// examined candidate's (ds, up to the chosen one).
+func admitProto(idx int, ds []store.Decision) *cooldownv1.AdmitResponse {
+	out := &cooldownv1.AdmitResponse{CandidateIndex: uint32(idx)}
+	for _, d := range ds {
+		out.Candidates = append(out.Candidates, &cooldownv1.CandidateDecision{
+			Decision: cooldownv1.Decision(d.Decision), DenyReason: cooldownv1.DenyReason(d.Reason),
+			RetryAfter: dur(d.RetryAfter), State: cooldownv1.State(d.Phase), Revision: d.Revision,
+			ShadowDenyReason: cooldownv1.DenyReason(d.Shadowed),
+		})
+	}
+	d := ds[idx]
+	out.Decision = cooldownv1.Decision(d.Decision)
+	out.Revision = d.Revision
+	out.State = cooldownv1.State(d.Phase)
+	out.ServerTime = timestamppb.New(d.Now)
+	if d.Shadowed != breaker.ReasonNone {
+		out.ShadowDenyReason = cooldownv1.DenyReason(d.Shadowed)
+		out.ShadowRetryAfter = dur(d.ShadowRetryAfter)
+	}
+	switch d.Decision {
+	case breaker.Deny:
+		out.DenyReason = cooldownv1.DenyReason(d.Reason)
+		out.RetryAfter = dur(d.RetryAfter)
+		out.AvailableAt = timestamppb.New(d.Now.Add(time.Duration(d.RetryAfter) * time.Millisecond))
+	case breaker.AllowProbe:
+		out.LeaseToken = d.LeaseToken
+		out.LeaseExpiresAt = timestamppb.New(d.LeaseExpires)
+	}
+	return out
+}
+
+// reportProto is Report's answer.
+func reportProto(res store.ReportResult) *cooldownv1.ReportResponse {
+	return &cooldownv1.ReportResponse{
+		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
+		ServerTime: timestamppb.New(res.Now),
+	}
+}
+
+// fleetProto is what the fleet rules see of a connection.
+func fleetProto(c breaker.FleetCounts) *cooldownv1.FleetCounts {
+	return &cooldownv1.FleetCounts{
+		FirstAttempts:       c.FirstAttempts,
+		Retries:             c.Retries,
+		Requests:            c.Requests,
+		Accepts:             c.Accepts,
+		ThrottleProbability: c.ThrottleProbability,
+		FailureReporters:    uint32(c.FailureReporters),
+	}
+}
+
+// transitionProto is one state change on the wire; shadow says the
+// connection's policy is in shadow mode (the change was computed, not
+// enforced). A history entry is marked by the policy in effect when it is
+// read: the policy is the server's configuration, not stored with it.
+func transitionProto(t store.Transition, label string, shadow bool) *cooldownv1.Transition {
 	return &cooldownv1.Transition{
 		Connection: &cooldownv1.Connection{Id: t.ID[:], Label: label},
 		Time:       ts(t.At),
@@ -81,6 +140,7 @@ func transitionProto(t store.Transition, label string) *cooldownv1.Transition {
 		Revision:   t.Revision,
 		Actor:      t.Actor,
 		Reason:     t.Reason,
+		Shadow:     shadow,
 	}
 }
 
@@ -102,6 +162,12 @@ func policyProto(p breaker.Policy) *cooldownv1.Policy {
 		AuthBlock:           d(p.AuthBlock),
 		MaxProbes:           uint32(p.MaxProbes),
 		LeaseTtl:            d(p.LeaseTTL),
+		RetryBudget:         p.RetryBudget,
+		RetryBudgetMin:      uint32(p.RetryBudgetMin),
+		ThrottleK:           p.ThrottleK,
+		TripQuorum:          uint32(p.TripQuorum),
+		FleetWindow:         d(p.FleetWindow),
+		Shadow:              p.Shadow,
 	}
 }
 

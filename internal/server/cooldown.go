@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -13,19 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
-	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
-
-// candidateFields are the field names of Admit's candidates, built once
-// rather than formatted on every request.
-var candidateFields = func() (f [MaxCandidates]string) {
-	for i := range f {
-		f[i] = fmt.Sprintf("candidates[%d]", i)
-	}
-	return f
-}()
 
 // errWatchLost ends a watch stream whose events may have gaps: the shared
 // Redis subscription broke (or was re-established after a drop), or the
@@ -36,95 +24,36 @@ var errWatchLost = errors.New("watch interrupted, events may have been missed: r
 type cooldownService struct{ *Server }
 
 func (s cooldownService) Admit(ctx context.Context, req *connect.Request[cooldownv1.AdmitRequest]) (*connect.Response[cooldownv1.AdmitResponse], error) {
-	who := identity(ctx)
-	cands := req.Msg.GetCandidates()
-	if len(cands) < 1 || len(cands) > MaxCandidates {
-		return nil, errInvalid("candidates", "must hold 1 to %d connections, got %d", MaxCandidates, len(cands))
-	}
-	conns := make([]store.Conn, len(cands))
-	for i, c := range cands {
-		id, label, err := parseConn(candidateFields[i], c)
-		if err != nil {
-			return nil, err
-		}
-		conns[i] = store.Conn{Tenant: who.Tenant, ID: id, Label: label}
+	conns, err := admitConns(identity(ctx).Tenant, req.Msg)
+	if err != nil {
+		return nil, err
 	}
 	idx, ds, err := s.store.AdmitFirst(ctx, conns)
 	if err != nil {
 		return nil, s.storeError(ctx, "admit", err)
 	}
-	out := &cooldownv1.AdmitResponse{CandidateIndex: uint32(idx)}
 	for _, d := range ds {
-		out.Candidates = append(out.Candidates, &cooldownv1.CandidateDecision{
-			Decision: cooldownv1.Decision(d.Decision), DenyReason: cooldownv1.DenyReason(d.Reason),
-			RetryAfter: dur(d.RetryAfter), State: cooldownv1.State(d.Phase), Revision: d.Revision,
-		})
 		s.metrics.admit(d)
 		s.metrics.transitionsOf(d.Events)
 		if d.LeaseExpired {
 			s.metrics.expired.Inc()
 		}
 	}
-	d := ds[idx]
-	out.Decision = cooldownv1.Decision(d.Decision)
-	out.Revision = d.Revision
-	out.State = cooldownv1.State(d.Phase)
-	out.ServerTime = timestamppb.New(d.Now)
-	switch d.Decision {
-	case breaker.Deny:
-		out.DenyReason = cooldownv1.DenyReason(d.Reason)
-		out.RetryAfter = dur(d.RetryAfter)
-		out.AvailableAt = timestamppb.New(d.Now.Add(time.Duration(d.RetryAfter) * time.Millisecond))
-	case breaker.AllowProbe:
-		out.LeaseToken = d.LeaseToken
-		out.LeaseExpiresAt = timestamppb.New(d.LeaseExpires)
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(admitProto(idx, ds)), nil
 }
 
 func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error) {
-	who := identity(ctx)
-	m := req.Msg
-	id, label, err := parseConn("connection", m.GetConnection())
+	c, rep, err := parseReport(identity(ctx).Tenant, req.Msg)
 	if err != nil {
 		return nil, err
 	}
-	// Check the wire value before narrowing it: breaker.Outcome is a uint8,
-	// so 257 would otherwise become SUCCESS.
-	wo := m.GetOutcome()
-	o := breaker.Outcome(wo)
-	if wo < 0 || wo > math.MaxUint8 || !o.Valid() {
-		return nil, errInvalid("outcome", "must be one of the defined outcomes, got %d", wo)
-	}
-	retry, err := parseHint("retry_after", m.GetRetryAfter())
-	if err != nil {
-		return nil, err
-	}
-	if st := m.GetHttpStatus(); st != 0 && (st < MinHTTPStatus || st > MaxHTTPStatus) {
-		return nil, errInvalid("http_status", "must be 0 or an HTTP status code (%d-%d), got %d", MinHTTPStatus, MaxHTTPStatus, st)
-	}
-	if err := checkCode("error_code", m.GetErrorCode()); err != nil {
-		return nil, err
-	}
-	if len(m.GetLeaseToken()) > MaxLeaseTokenLen {
-		return nil, errInvalid("lease_token", "must be at most %d bytes", MaxLeaseTokenLen)
-	}
-	if n := m.GetCount(); n > 1 && (o != breaker.OutcomeSuccess || m.GetLeaseToken() != "" || n > MaxBatch) {
-		return nil, errInvalid("count", "above 1 only for a success without a lease token, at most %d; got %d", MaxBatch, n)
-	}
-	res, err := s.store.Report(ctx, store.Conn{Tenant: who.Tenant, ID: id, Label: label}, breaker.Report{
-		Revision: m.GetRevision(), LeaseToken: m.GetLeaseToken(), Outcome: o, RetryAfter: retry,
-		HTTPStatus: int(m.GetHttpStatus()), ErrorCode: m.GetErrorCode(), Count: int64(m.GetCount()),
-	})
+	res, err := s.store.Report(ctx, c, rep)
 	if err != nil {
 		return nil, s.storeError(ctx, "report", err)
 	}
-	s.metrics.report(o, res.Accepted)
+	s.metrics.report(rep.Outcome, res.Accepted)
 	s.metrics.transitionsOf(res.Events)
-	return connect.NewResponse(&cooldownv1.ReportResponse{
-		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
-		ServerTime: timestamppb.New(res.Now),
-	}), nil
+	return connect.NewResponse(reportProto(res)), nil
 }
 
 func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error) {
@@ -164,13 +93,14 @@ func (s cooldownService) GetConnection(ctx context.Context, req *connect.Request
 	if err != nil {
 		return nil, s.storeError(ctx, "get", err)
 	}
+	p := s.policyFor(sc.tenant, snap.Label)
 	out := &cooldownv1.GetConnectionResponse{
-		Connection: stateProto(snap, who.AllTenants()),
-		Policy:     policyProto(s.policyFor(sc.tenant, snap.Label)),
+		Connection: stateProto(snap, p, who.AllTenants()),
+		Policy:     policyProto(p),
 		Found:      snap.Exists,
 	}
 	for _, t := range hist {
-		out.History = append(out.History, transitionProto(t, snap.Label))
+		out.History = append(out.History, transitionProto(t, snap.Label, p.Shadow))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -198,7 +128,7 @@ func (s cooldownService) ListConnections(ctx context.Context, req *connect.Reque
 	}
 	out := &cooldownv1.ListConnectionsResponse{NextPageToken: next.String(sc)}
 	for _, sn := range snaps {
-		out.Connections = append(out.Connections, stateProto(sn, who.AllTenants()))
+		out.Connections = append(out.Connections, stateProto(sn, s.policyFor(sn.Tenant, sn.Label), who.AllTenants()))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -309,7 +239,9 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 		}
 	}
 	send := func(sn store.Snapshot, snapshot bool) error {
-		return stream.Send(&cooldownv1.WatchConnectionsResponse{Connection: stateProto(sn, who.AllTenants()), Snapshot: snapshot})
+		return stream.Send(&cooldownv1.WatchConnectionsResponse{
+			Connection: stateProto(sn, s.policyFor(sn.Tenant, sn.Label), who.AllTenants()), Snapshot: snapshot,
+		})
 	}
 	if req.Msg.GetSnapshot() {
 		for _, t := range tenants {
@@ -368,8 +300,9 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 			if snap.Tenant == "" {
 				snap.Tenant = t.Tenant
 			}
+			p := s.policyFor(snap.Tenant, snap.Label)
 			if err := stream.Send(&cooldownv1.WatchConnectionsResponse{
-				Connection: stateProto(*snap, who.AllTenants()), Transition: transitionProto(t, snap.Label),
+				Connection: stateProto(*snap, p, who.AllTenants()), Transition: transitionProto(t, snap.Label, p.Shadow),
 			}); err != nil {
 				return err
 			}

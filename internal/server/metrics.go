@@ -45,6 +45,7 @@ const (
 type Metrics struct {
 	reg         *prometheus.Registry
 	admits      *prometheus.CounterVec
+	shadowed    *prometheus.CounterVec
 	reports     *prometheus.CounterVec
 	rpc         *prometheus.HistogramVec
 	transitions *prometheus.CounterVec
@@ -67,6 +68,10 @@ func newMetrics(version, revision string) *Metrics {
 		admits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cooldownd_admits_total", Help: "Admit decisions per examined candidate, by decision and deny reason.",
 		}, []string{"decision", "reason"}),
+		shadowed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cooldownd_shadow_denials_total",
+			Help: "Admit decisions per examined candidate that a policy in shadow mode allowed and would have denied, by the deny reason it would have given.",
+		}, []string{"reason"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cooldownd_reports_total", Help: "Reports by outcome and whether they carried the current revision or a live lease.",
 		}, []string{"outcome", "accepted"}),
@@ -112,19 +117,23 @@ func newMetrics(version, revision string) *Metrics {
 	})
 	buildInfo.Set(1)
 	m.reg.MustRegister(buildInfo)
-	m.reg.MustRegister(m.admits, m.reports, m.rpc, m.transitions, m.probes, m.expired, m.overrides, m.watchers, m.redis, m.listErrors,
+	m.reg.MustRegister(m.admits, m.shadowed, m.reports, m.rpc, m.transitions, m.probes, m.expired, m.overrides, m.watchers, m.redis, m.listErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), collectors.NewBuildInfoCollector())
 	return m
 }
 
 func (m *Metrics) admit(d store.Decision) {
-	// Label values are the breaker's names; an admit that was not denied
-	// has an empty reason, as the series always had.
+	// Label values are the breaker's names (retry_budget and throttled for
+	// the fleet rules); an admit that was not denied has an empty reason,
+	// as the series always had, also when shadow mode allowed it.
 	reason := ""
 	if d.Reason != breaker.ReasonNone {
 		reason = d.Reason.String()
 	}
 	m.admits.WithLabelValues(d.Decision.String(), reason).Inc()
+	if d.Shadowed != breaker.ReasonNone {
+		m.shadowed.WithLabelValues(d.Shadowed.String()).Inc()
+	}
 }
 
 func (m *Metrics) report(o breaker.Outcome, accepted bool) {

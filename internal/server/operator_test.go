@@ -310,6 +310,18 @@ func TestBadRequestDetails(t *testing.T) {
 			_, err := c.Admit(t.Context(), req)
 			return err
 		}, "candidates[1].label"},
+		{"retry longer than candidates", func() error {
+			req := admitReq(newID())
+			req.Msg.Retry = []bool{false, true}
+			_, err := c.Admit(t.Context(), req)
+			return err
+		}, "retry"},
+		{"reporter", func() error {
+			_, err := c.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
+				Connection: conn(newID()), Outcome: cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, Reporter: "host:8080",
+			}))
+			return err
+		}, "reporter"},
 		{"history limit", func() error {
 			_, err := c.GetConnection(t.Context(), connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: newID(), HistoryLimit: 51}))
 			return err

@@ -40,6 +40,8 @@ func FuzzReportRequest(f *testing.F) {
 	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id, Label: "openai gpt-4o"}, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS})
 	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id}, Outcome: cooldownv1.Outcome_OUTCOME_RATE_LIMITED, RetryAfter: durationpb.New(1e9), HttpStatus: 429, ErrorCode: "rate_limit"})
 	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id[:31], Label: "sk-abc"}, Outcome: 99})
+	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id}, Outcome: cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, Retry: true, Reporter: "pod-1"})
+	seedBytes(f, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id}, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, Reporter: "a b/c"})
 	svc := cooldownService{s}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m cooldownv1.ReportRequest
@@ -55,6 +57,7 @@ func FuzzReportRequest(f *testing.F) {
 		require.True(t, breaker.Outcome(m.GetOutcome()).Valid())
 		require.NoError(t, checkLabel(m.GetConnection().GetLabel()))
 		require.LessOrEqual(t, m.GetRetryAfter().AsDuration(), MaxHint)
+		require.Regexp(t, `^[A-Za-z0-9._-]{0,64}$`, m.GetReporter())
 	})
 }
 
@@ -64,6 +67,8 @@ func FuzzAdmitRequest(f *testing.F) {
 	id := make([]byte, 32)
 	seedBytes(f, &cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: id, Label: "a"}, {Id: id}}})
 	seedBytes(f, &cooldownv1.AdmitRequest{})
+	seedBytes(f, &cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: id}}, Retry: []bool{true}})
+	seedBytes(f, &cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: id}}, Retry: []bool{true, false}})
 	svc := cooldownService{s}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m cooldownv1.AdmitRequest
@@ -78,5 +83,6 @@ func FuzzAdmitRequest(f *testing.F) {
 		n := len(m.GetCandidates())
 		require.True(t, n >= 1 && n <= MaxCandidates)
 		require.Less(t, int(res.Msg.GetCandidateIndex()), n)
+		require.LessOrEqual(t, len(m.GetRetry()), n)
 	})
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"time"
 	"unicode/utf8"
 
@@ -10,7 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/keys"
+	"github.com/cooldownd/cooldownd/internal/store"
 )
 
 // Input bounds.
@@ -39,6 +42,8 @@ const (
 	MaxHTTPStatus = 999
 	// MaxOverride is the longest timed override.
 	MaxOverride = 30 * 24 * time.Hour
+	// MaxReporterLen bounds a report's reporter id.
+	MaxReporterLen = 64
 )
 
 // errInvalid builds an invalid_argument error naming the field: in its
@@ -102,6 +107,99 @@ func checkCode(field, s string) error {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
 			return errInvalid(field, "must match [a-z0-9_.-]*")
 		}
+	}
+	return nil
+}
+
+// candidateFields are the field names of Admit's candidates, built once
+// rather than formatted on every request.
+var candidateFields = func() (f [MaxCandidates]string) {
+	for i := range f {
+		f[i] = fmt.Sprintf("candidates[%d]", i)
+	}
+	return f
+}()
+
+// admitConns checks an Admit request and returns its candidates as the
+// store takes them, each marked a retry as retry (parallel to the
+// candidates) says; a missing entry is a first attempt.
+func admitConns(tenant string, m *cooldownv1.AdmitRequest) ([]store.Conn, error) {
+	cands, retry := m.GetCandidates(), m.GetRetry()
+	if len(cands) < 1 || len(cands) > MaxCandidates {
+		return nil, errInvalid("candidates", "must hold 1 to %d connections, got %d", MaxCandidates, len(cands))
+	}
+	if len(retry) > len(cands) {
+		return nil, errInvalid("retry", "must hold at most as many entries as candidates (%d), got %d", len(cands), len(retry))
+	}
+	conns := make([]store.Conn, len(cands))
+	for i, c := range cands {
+		id, label, err := parseConn(candidateFields[i], c)
+		if err != nil {
+			return nil, err
+		}
+		conns[i] = store.Conn{Tenant: tenant, ID: id, Label: label, Retry: i < len(retry) && retry[i]}
+	}
+	return conns, nil
+}
+
+// parseReport checks a Report request and returns its connection and
+// report as the store takes them.
+func parseReport(tenant string, m *cooldownv1.ReportRequest) (store.Conn, breaker.Report, error) {
+	id, label, err := parseConn("connection", m.GetConnection())
+	if err != nil {
+		return store.Conn{}, breaker.Report{}, err
+	}
+	o, retryAfter, err := checkReport(m)
+	if err != nil {
+		return store.Conn{}, breaker.Report{}, err
+	}
+	return store.Conn{Tenant: tenant, ID: id, Label: label}, breaker.Report{
+		Revision: m.GetRevision(), LeaseToken: m.GetLeaseToken(), Outcome: o, RetryAfter: retryAfter,
+		HTTPStatus: int(m.GetHttpStatus()), ErrorCode: m.GetErrorCode(), Count: int64(m.GetCount()),
+		Retry: m.GetRetry(), Reporter: m.GetReporter(),
+	}, nil
+}
+
+// checkReport checks a report's fields besides its connection, and
+// returns its outcome and its retry_after hint (ms).
+func checkReport(m *cooldownv1.ReportRequest) (breaker.Outcome, int64, error) {
+	// Check the wire value before narrowing it: breaker.Outcome is a uint8,
+	// so 257 would otherwise become SUCCESS.
+	wo := m.GetOutcome()
+	o := breaker.Outcome(wo)
+	if wo < 0 || wo > math.MaxUint8 || !o.Valid() {
+		return 0, 0, errInvalid("outcome", "must be one of the defined outcomes, got %d", wo)
+	}
+	retryAfter, err := parseHint("retry_after", m.GetRetryAfter())
+	if err != nil {
+		return 0, 0, err
+	}
+	if st := m.GetHttpStatus(); st != 0 && (st < MinHTTPStatus || st > MaxHTTPStatus) {
+		return 0, 0, errInvalid("http_status", "must be 0 or an HTTP status code (%d-%d), got %d", MinHTTPStatus, MaxHTTPStatus, st)
+	}
+	if err := checkCode("error_code", m.GetErrorCode()); err != nil {
+		return 0, 0, err
+	}
+	if len(m.GetLeaseToken()) > MaxLeaseTokenLen {
+		return 0, 0, errInvalid("lease_token", "must be at most %d bytes", MaxLeaseTokenLen)
+	}
+	if n := m.GetCount(); n > 1 && (o != breaker.OutcomeSuccess || m.GetLeaseToken() != "" || n > MaxBatch) {
+		return 0, 0, errInvalid("count", "above 1 only for a success without a lease token, at most %d; got %d", MaxBatch, n)
+	}
+	return o, retryAfter, checkReporter("reporter", m.GetReporter())
+}
+
+// checkReporter accepts a reporter id: empty, or 1 to 64 characters of
+// [A-Za-z0-9._-] (random per client process; never echoed back, as a
+// client may have put something else there).
+func checkReporter(field, s string) error {
+	ok := len(s) <= MaxReporterLen
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-'
+	}
+	if !ok {
+		return errInvalid(field, "must be empty or 1 to %d characters of [A-Za-z0-9._-], got %d bytes", MaxReporterLen, len(s))
 	}
 	return nil
 }

@@ -90,6 +90,16 @@ func TestValidation(t *testing.T) {
 		{"error_code with spaces", report(func(r *cooldownv1.ReportRequest) { r.ErrorCode = "rate limit" }), "error_code"},
 		{"error_code too long", report(func(r *cooldownv1.ReportRequest) { r.ErrorCode = strings.Repeat("x", 65) }), "error_code"},
 		{"lease_token too long", report(func(r *cooldownv1.ReportRequest) { r.LeaseToken = strings.Repeat("x", 129) }), "lease_token"},
+		{"reporter too long", report(func(r *cooldownv1.ReportRequest) { r.Reporter = strings.Repeat("r", 65) }), "reporter"},
+		{"reporter with a space", report(func(r *cooldownv1.ReportRequest) { r.Reporter = "pod 7" }), "reporter"},
+		{"reporter with a slash", report(func(r *cooldownv1.ReportRequest) { r.Reporter = "ns/pod" }), "reporter"},
+		{"reporter not ASCII", report(func(r *cooldownv1.ReportRequest) { r.Reporter = "prozeß" }), "reporter"},
+		{"more retry entries than candidates", func(ctx context.Context, c clients) error {
+			req := admitReq(ok, newID())
+			req.Msg.Retry = []bool{true, false, true}
+			_, err := c.cooldown.Admit(ctx, req)
+			return err
+		}, "retry"},
 		{"extend without token", func(ctx context.Context, c clients) error {
 			_, err := c.cooldown.ExtendLease(ctx, connect.NewRequest(&cooldownv1.ExtendLeaseRequest{Connection: conn(ok)}))
 			return err
@@ -144,6 +154,33 @@ func TestValidation(t *testing.T) {
 					err := tt.call(t.Context(), c)
 					requireCode(t, err, connect.CodeInvalidArgument, tt.field+":")
 				})
+			}
+		})
+	}
+}
+
+// TestFleetFieldsAccepted: the fleet rules' request fields at their
+// bounds are accepted.
+func TestFleetFieldsAccepted(t *testing.T) {
+	t.Parallel()
+	for _, p := range protocols {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := e.cooldown(p.opts...)
+			a, b := newID(), newID()
+			for _, retry := range [][]bool{nil, {true}, {false, true}, {true, true}} {
+				req := admitReq(a, b)
+				req.Msg.Retry = retry
+				res, err := c.Admit(t.Context(), req)
+				require.NoError(t, err, "retry %v", retry)
+				assert.Equal(t, cooldownv1.Decision_DECISION_ALLOW, res.Msg.GetDecision(), "FastPolicy has no retry budget")
+			}
+			for _, reporter := range []string{"", "a", strings.Repeat("Z", 64), "pod-7.ns_1", "3f2b8c1e-7a4d-4e9b-9c0f-1d2e3f4a5b6c"} {
+				_, err := c.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
+					Connection: conn(a), Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, Retry: true, Reporter: reporter,
+				}))
+				require.NoError(t, err, "reporter %q", reporter)
 			}
 		})
 	}
