@@ -455,3 +455,92 @@ func TestReporterOnEveryReport(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalFleetRules: the in-process fallback runs the fleet rules on
+// this process's own calls: the retry budget from its first attempts
+// (reports marked as retries are not the base), the throttle against a
+// random draw per call; the trip quorum is off, one process being one
+// reporter.
+func TestLocalFleetRules(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1_700_000_000, 0)
+	cn := NewConn(ID{1}, "p")
+	budgetPolicy := noTripPolicy()
+	budgetPolicy.RetryBudget, budgetPolicy.RetryBudgetMin = 0.2, 0
+	report := func(l *local, n int, retry bool, o Outcome) {
+		for range n {
+			l.report(now, Admission{Conn: cn, Retry: retry}, Classification{Outcome: o}, true)
+		}
+	}
+	t.Run("retry budget", func(t *testing.T) {
+		t.Parallel()
+		tests := []struct {
+			name            string
+			firsts, retries int // reported before
+			retry           bool
+			want            DenyReason
+		}{
+			{"a first attempt is not charged", 0, 0, false, ReasonNone},
+			{"a retry with no first attempts", 0, 0, true, ReasonRetryBudget},
+			{"a retry over 20 % of four", 4, 0, true, ReasonRetryBudget},
+			{"a retry within 20 % of five", 5, 0, true, ReasonNone},
+			{"reported retries are not the base", 0, 10, true, ReasonRetryBudget},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				t.Parallel()
+				cfg := defaultConfig()
+				cfg.policy = budgetPolicy
+				l := newLocal(cfg, nil)
+				report(l, tt.firsts, false, OutcomeSuccess)
+				report(l, tt.retries, true, OutcomeSuccess)
+				a := l.admit(now, []Conn{cn}, []bool{tt.retry})
+				assert.Equal(t, tt.retry, a.Retry)
+				assert.Equal(t, tt.want, a.Reason)
+				assert.Equal(t, tt.want == ReasonNone, a.Allowed())
+			})
+		}
+	})
+	t.Run("throttle draws per call", func(t *testing.T) {
+		t.Parallel()
+		cfg := defaultConfig()
+		cfg.policy = noTripPolicy()
+		cfg.policy.ThrottleK = 1
+		l := newLocal(cfg, nil)
+		report(l, 10, false, OutcomeTransientFailure)
+		report(l, 5, false, OutcomeSuccess)
+		seen := map[DenyReason]int{}
+		for range 200 {
+			a := l.admit(now, []Conn{cn}, nil)
+			seen[a.Reason]++
+			if a.Reason == ReasonThrottled {
+				assert.Equal(t, time.Duration(breaker.ThrottleRetryAfter)*time.Millisecond, a.RetryAfter)
+			}
+		}
+		assert.Positive(t, seen[ReasonThrottled], "some calls are throttled")
+		assert.Positive(t, seen[ReasonNone], "some go: the draw is random, not fixed")
+		assert.Len(t, seen, 2, "%v", seen)
+	})
+	t.Run("trip quorum is one process", func(t *testing.T) {
+		t.Parallel()
+		cfg := defaultConfig()
+		cfg.policy = fastPolicy() // trips after 2
+		cfg.policy.TripQuorum = 2
+		l := newLocal(cfg, nil)
+		report(l, 2, false, OutcomeTransientFailure)
+		a := l.admit(now, []Conn{cn}, nil)
+		assert.Equal(t, ReasonOpen, a.Reason, "two failures of this process trip its breaker")
+	})
+	t.Run("shadow", func(t *testing.T) {
+		t.Parallel()
+		cfg := defaultConfig()
+		cfg.policy = fastPolicy()
+		cfg.policy.Shadow = true
+		l := newLocal(cfg, nil)
+		report(l, 2, false, OutcomeTransientFailure)
+		a := l.admit(now, []Conn{cn}, nil)
+		assert.True(t, a.Allowed())
+		assert.Equal(t, ReasonOpen, a.Shadowed)
+		assert.Equal(t, cfg.policy.OpenBase, a.ShadowRetryAfter)
+	})
+}

@@ -22,14 +22,19 @@ func TestLocalHonoursLastWord(t *testing.T) {
 		return &cooldownv1.CandidateDecision{Decision: cooldownv1.Decision_DECISION_DENY, DenyReason: r, RetryAfter: durationpb.New(wait)}
 	}
 	allow := &cooldownv1.CandidateDecision{Decision: cooldownv1.Decision_DECISION_ALLOW}
+	open, budget := cooldownv1.DenyReason_DENY_REASON_OPEN, cooldownv1.DenyReason_DENY_REASON_RETRY_BUDGET
+	throttled := cooldownv1.DenyReason_DENY_REASON_THROTTLED
 	tests := []struct {
-		name   string
-		heard  []*cooldownv1.CandidateDecision // cooldownd's answer at t0
-		later  []*cooldownv1.CandidateDecision // a second answer at t0+1s, if any
-		at     time.Duration                   // when the fallback decides
-		index  int
-		want   Decision
-		reason DenyReason
+		name       string
+		heard      []*cooldownv1.CandidateDecision // cooldownd's answer at t0
+		later      []*cooldownv1.CandidateDecision // a second answer at t0+1s, if any
+		laterRetry []bool                          // the second Admit's retry flags
+		at         time.Duration                   // when the fallback decides
+		retry      []bool                          // the fallback's call's retry flags
+		alone      bool                            // the fallback's call names the primary only
+		index      int
+		want       Decision
+		reason     DenyReason
 	}{
 		{name: "primary skipped for its fallback", heard: []*cooldownv1.CandidateDecision{deny(cooldownv1.DenyReason_DENY_REASON_QUOTA, 30*time.Second), allow},
 			at: 10 * time.Second, index: 1, want: DecisionAllow},
@@ -41,6 +46,39 @@ func TestLocalHonoursLastWord(t *testing.T) {
 			later: []*cooldownv1.CandidateDecision{allow}, at: 2 * time.Second, index: 0, want: DecisionAllow},
 		{name: "a denial without a wait is not kept", heard: []*cooldownv1.CandidateDecision{deny(cooldownv1.DenyReason_DENY_REASON_PROBE_IN_FLIGHT, 0), allow},
 			at: time.Millisecond, index: 0, want: DecisionAllow},
+
+		// A throttled call is one draw, not a wait for the connection.
+		{name: "a throttled candidate leaves no word", heard: []*cooldownv1.CandidateDecision{deny(throttled, time.Second), allow},
+			at: time.Millisecond, index: 0, want: DecisionAllow},
+		{name: "a throttled candidate is closed: an older word is spent", heard: []*cooldownv1.CandidateDecision{deny(open, 20*time.Second), allow},
+			later: []*cooldownv1.CandidateDecision{deny(throttled, time.Second)}, at: 2 * time.Second, index: 0, want: DecisionAllow},
+		{name: "a throttled candidate keeps a retry word", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			later: []*cooldownv1.CandidateDecision{deny(throttled, time.Second)}, at: 2 * time.Second, retry: []bool{true}, alone: true,
+			index: 0, want: DecisionDeny, reason: ReasonRetryBudget},
+
+		// A spent retry budget denies retries only.
+		{name: "a budget denial sends retries to the fallback", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			at: time.Second, retry: []bool{true, false}, index: 1, want: DecisionAllow},
+		{name: "a budget denial leaves first attempts alone", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			at: time.Second, index: 0, want: DecisionAllow},
+		{name: "a budget denial of every candidate: the budget", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), deny(budget, 10*time.Second)},
+			at: time.Second, retry: []bool{true, true}, index: 1, want: DecisionDeny, reason: ReasonRetryBudget},
+		{name: "a budget denial runs out", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			at: 20 * time.Second, retry: []bool{true}, index: 0, want: DecisionAllow},
+		{name: "a budget denial spends an older word", heard: []*cooldownv1.CandidateDecision{deny(open, 20*time.Second), allow},
+			later: []*cooldownv1.CandidateDecision{deny(budget, 5*time.Second)}, at: 2 * time.Second, index: 0, want: DecisionAllow},
+		{name: "an allowed retry clears the retry word", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			later: []*cooldownv1.CandidateDecision{allow}, laterRetry: []bool{true}, at: 2 * time.Second, retry: []bool{true},
+			index: 0, want: DecisionAllow},
+		{name: "an allowed first attempt keeps the retry word", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			later: []*cooldownv1.CandidateDecision{allow}, at: 2 * time.Second, retry: []bool{true}, alone: true,
+			index: 0, want: DecisionDeny, reason: ReasonRetryBudget},
+		{name: "a later denial of every call denies retries with its reason", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			later: []*cooldownv1.CandidateDecision{deny(open, 5*time.Second)}, at: 2 * time.Second, retry: []bool{true}, alone: true,
+			index: 0, want: DecisionDeny, reason: ReasonOpen},
+		{name: "and when it ends the retry word holds", heard: []*cooldownv1.CandidateDecision{deny(budget, 20*time.Second), allow},
+			later: []*cooldownv1.CandidateDecision{deny(open, 5*time.Second)}, at: 7 * time.Second, retry: []bool{true}, alone: true,
+			index: 0, want: DecisionDeny, reason: ReasonRetryBudget},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,9 +87,13 @@ func TestLocalHonoursLastWord(t *testing.T) {
 			cands := []Conn{NewConn(ID{1}, "primary"), NewConn(ID{2}, "fallback")}
 			l.learn(t0, &cooldownv1.AdmitResponse{Candidates: tt.heard}, cands, nil)
 			if tt.later != nil {
-				l.learn(t0.Add(time.Second), &cooldownv1.AdmitResponse{Candidates: tt.later}, cands, nil)
+				l.learn(t0.Add(time.Second), &cooldownv1.AdmitResponse{Candidates: tt.later}, cands, tt.laterRetry)
 			}
-			a := l.admit(t0.Add(tt.at), cands, nil)
+			admitted := cands
+			if tt.alone {
+				admitted = cands[:1]
+			}
+			a := l.admit(t0.Add(tt.at), admitted, tt.retry)
 			assert.True(t, a.Local)
 			assert.Equal(t, tt.index, a.Index)
 			assert.Equal(t, tt.want, a.Decision)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -155,4 +156,232 @@ func TestMirrorNeedsTheStream(t *testing.T) {
 		return err == nil && !adm.Local
 	}, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, cooldownv1.State_STATE_CLOSED, state)
+}
+
+// throttleHook makes the fake answer every Admit and Report with the
+// throttle probability in p (float64 bits).
+func throttleHook(svc *fakeService) *atomic.Uint64 {
+	p := new(atomic.Uint64)
+	svc.answerAdmit(func(_ *cooldownv1.AdmitRequest, out *cooldownv1.AdmitResponse) {
+		out.ThrottleProbability = math.Float64frombits(p.Load())
+	})
+	svc.answerReport(func(_ *cooldownv1.ReportRequest, out *cooldownv1.ReportResponse) {
+		out.ThrottleProbability = math.Float64frombits(p.Load())
+	})
+	return p
+}
+
+// servedMirror returns a client with a mirror on the fake served on
+// loopback, its stream up, batches sent only by Flush.
+func servedMirror(t *testing.T, svc *fakeService, opts ...Option) *Client {
+	t.Helper()
+	c := svc.serve(t, append([]Option{WithMirror(time.Hour)}, opts...)...)
+	require.Eventually(t, func() bool { return c.Stats().Mirror.Live }, 5*time.Second, 5*time.Millisecond, "the watch stream is up")
+	return c
+}
+
+// TestMirrorNeverAdmitsARetry: a retry always goes to cooldownd, which
+// keeps the fleet's retry budget.
+func TestMirrorNeverAdmitsARetry(t *testing.T) {
+	t.Parallel()
+	svc := newFakeService(fastPolicy())
+	c := servedMirror(t, svc)
+	cn := NewConn(ID{1}, "p")
+	admitMirrored(t, c, cn)
+	before := svc.admits.Load()
+	a, err := c.AdmitAttempt(t.Context(), Attempt{Candidates: []Conn{cn}, Sent: []Conn{cn}})
+	require.NoError(t, err)
+	assert.False(t, a.Mirrored, "a retry is cooldownd's to admit")
+	assert.True(t, a.Retry)
+	assert.Equal(t, before+1, svc.admits.Load())
+	reqs := svc.admitRequests()
+	assert.Equal(t, []bool{true}, reqs[len(reqs)-1].GetRetry())
+
+	// The guard's retry after a failure goes to cooldownd too.
+	n := 0
+	resp, err := c.Do(t.Context(), cn, func(context.Context) (*http.Response, error) {
+		n++
+		if n == 1 {
+			return response(500, nil, ""), nil
+		}
+		return response(200, nil, "ok"), nil
+	})
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	reqs = svc.admitRequests()
+	assert.Equal(t, []bool{true}, reqs[len(reqs)-1].GetRetry(), "the guard's retry was sent to cooldownd, marked")
+}
+
+// TestMirrorStopsWhileThrottled: once cooldownd says a connection's
+// throttle is above 0 — in an Admit answer, a batched or direct report's
+// answer, or an event — the mirror admits it no more until an Admit answer
+// says 0 again.
+func TestMirrorStopsWhileThrottled(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		show func(t *testing.T, svc *fakeService, c *Client, cn Conn, adm Admission)
+	}{
+		{"an Admit answer", func(t *testing.T, _ *fakeService, c *Client, cn Conn, _ Admission) {
+			a, err := c.AdmitAttempt(t.Context(), Attempt{Candidates: []Conn{cn}, Sent: []Conn{cn}})
+			require.NoError(t, err)
+			require.False(t, a.Mirrored)
+			require.NoError(t, c.Report(t.Context(), a, Classification{Outcome: OutcomeSuccess}))
+		}},
+		{"a batched report's answer", func(t *testing.T, _ *fakeService, c *Client, _ Conn, adm Admission) {
+			require.NoError(t, c.Report(t.Context(), adm, Classification{Outcome: OutcomeSuccess}))
+			require.NoError(t, c.Flush(t.Context()))
+		}},
+		{"a direct report's answer", func(t *testing.T, _ *fakeService, c *Client, _ Conn, adm Admission) {
+			require.NoError(t, c.Report(t.Context(), adm, Classification{Outcome: OutcomeTransientFailure, HTTPStatus: 503}))
+		}},
+		{"an event", func(t *testing.T, svc *fakeService, c *Client, cn Conn, adm Admission) {
+			require.NoError(t, c.Report(t.Context(), adm, Classification{Outcome: OutcomeSuccess}))
+			svc.event(&cooldownv1.ConnectionState{Connection: wireConn(cn), State: cooldownv1.State_STATE_CLOSED,
+				Revision: adm.Revision, Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.4}})
+			require.Eventually(t, func() bool { return c.Stats().Mirror.Mirrored == 0 }, 5*time.Second, time.Millisecond)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			svc := newFakeService(fastPolicy())
+			p := throttleHook(svc)
+			c := servedMirror(t, svc)
+			cn := NewConn(ID{1}, "p")
+			adm := admitMirrored(t, c, cn)
+
+			p.Store(math.Float64bits(0.25))
+			tt.show(t, svc, c, cn, adm)
+			for i := range 3 {
+				before := svc.admits.Load()
+				a, err := c.Admit(t.Context(), cn)
+				require.NoError(t, err)
+				assert.False(t, a.Mirrored, "admit %d while throttled: asked cooldownd", i)
+				assert.Equal(t, before+1, svc.admits.Load())
+				require.NoError(t, c.Report(t.Context(), a, Classification{Outcome: OutcomeSuccess}))
+			}
+
+			p.Store(0)
+			a, err := c.Admit(t.Context(), cn)
+			require.NoError(t, err)
+			assert.False(t, a.Mirrored, "cooldownd answers with 0 again")
+			a, err = c.Admit(t.Context(), cn)
+			require.NoError(t, err)
+			assert.True(t, a.Mirrored, "and the mirror admits again")
+		})
+	}
+}
+
+// TestMirrorBatchesKeepRetriesApart: a batch is one report with one retry
+// flag, so the successes of retries and of first attempts go in separate
+// batches, each with the reporter.
+func TestMirrorBatchesKeepRetriesApart(t *testing.T) {
+	t.Parallel()
+	svc := newFakeService(fastPolicy())
+	c := servedMirror(t, svc, WithReporter("pod-a"))
+	cn := NewConn(ID{1}, "p")
+	admitMirrored(t, c, cn)
+	before := len(svc.reportRequests())
+	for range 3 {
+		a, err := c.Admit(t.Context(), cn)
+		require.NoError(t, err)
+		require.True(t, a.Mirrored)
+		require.NoError(t, c.Report(t.Context(), a, Classification{Outcome: OutcomeSuccess}))
+	}
+	for range 2 {
+		a, err := c.AdmitAttempt(t.Context(), Attempt{Candidates: []Conn{cn}, Sent: []Conn{cn}})
+		require.NoError(t, err)
+		require.True(t, a.Retry)
+		require.NoError(t, c.Report(t.Context(), a, Classification{Outcome: OutcomeSuccess}))
+	}
+	assert.Len(t, svc.reportRequests(), before, "successes wait for the batch")
+	require.NoError(t, c.Flush(t.Context()))
+	got := map[bool]uint32{}
+	for _, r := range svc.reportRequests()[before:] {
+		assert.Equal(t, "pod-a", r.GetReporter())
+		assert.Equal(t, cooldownv1.Outcome_OUTCOME_SUCCESS, r.GetOutcome())
+		got[r.GetRetry()] += r.GetCount()
+	}
+	assert.Equal(t, map[bool]uint32{false: 3, true: 2}, got)
+	assert.Len(t, svc.reportRequests()[before:], 2, "one batch per retry flag")
+}
+
+// TestMirrorThrottleTicket: an Admit answer is learned only when no
+// throttle was seen for its connection after the Admit was sent, and
+// never when it carries a throttle or a shadow denial.
+func TestMirrorThrottleTicket(t *testing.T) {
+	t.Parallel()
+	cn := NewConn(ID{1}, "p")
+	allow := Admission{Conn: cn, Decision: DecisionAllow, Revision: 4}
+	closed := cooldownv1.State_STATE_CLOSED
+	tests := []struct {
+		name  string
+		steps func(m *mirror, now time.Time)
+		retry bool
+		want  bool // admitted from the mirror afterwards
+	}{
+		{"a healthy answer is learned", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.learn(allow, closed, 0, tk, now)
+		}, false, true},
+		{"a retry is never admitted", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.learn(allow, closed, 0, tk, now)
+		}, true, false},
+		{"an answer with a throttle is not learned", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.learn(allow, closed, 0.01, tk, now)
+		}, false, false},
+		{"a shadow denial is not learned", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			a := allow
+			a.Shadowed = ReasonThrottled
+			m.learn(a, closed, 0, tk, now)
+		}, false, false},
+		{"an answer sent before a throttle was seen is not learned", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.throttled(cn.id, 0.5)
+			m.learn(allow, closed, 0, tk, now)
+		}, false, false},
+		{"an answer sent after it is", func(m *mirror, now time.Time) {
+			m.throttled(cn.id, 0.5)
+			_, tk, _ := m.admit(cn, false, now)
+			m.learn(allow, closed, 0, tk, now)
+		}, false, true},
+		{"a throttle of another connection does not matter", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.throttled(ID{2}, 0.5)
+			m.learn(allow, closed, 0, tk, now)
+		}, false, true},
+		{"a report answer with 0 does not end a throttle", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.learn(allow, closed, 0, tk, now)
+			m.throttled(cn.id, 0.5)
+			m.throttled(cn.id, 0)
+		}, false, false},
+		{"a throttled event drops the entry", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.learn(allow, closed, 0, tk, now)
+			m.event(&cooldownv1.ConnectionState{Connection: wireConn(cn), State: closed, Revision: 5,
+				Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.1}}, now)
+		}, false, false},
+		{"a healthy event keeps it", func(m *mirror, now time.Time) {
+			_, tk, _ := m.admit(cn, false, now)
+			m.learn(allow, closed, 0, tk, now)
+			m.event(&cooldownv1.ConnectionState{Connection: wireConn(cn), State: closed, Revision: 5,
+				Fleet: &cooldownv1.FleetCounts{}}, now)
+		}, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			m := newMirror(nil, time.Hour)
+			m.up()
+			now := time.Unix(1_700_000_000, 0)
+			tt.steps(m, now)
+			_, _, ok := m.admit(cn, tt.retry, now)
+			assert.Equal(t, tt.want, ok)
+		})
+	}
 }
