@@ -251,7 +251,7 @@ func TestRetryBudgetProperty(t *testing.T) {
 
 // TestThrottleProperty: during the incident the provider may receive at
 // most K × what it accepted plus (K − 1) × the accepts the window carried
-// in from before the incident.
+// in from before the incident, plus one request per window.
 func TestThrottleProperty(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(100, 0)
@@ -269,7 +269,8 @@ func TestThrottleProperty(t *testing.T) {
 		for i := range 5 {
 			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(900*time.Millisecond + time.Duration(i)*10*time.Millisecond), Status: 200})
 		}
-		// The incident: 20 accepted, the rest failed. Bound 2 × 20 + 5 = 45.
+		// The incident, 10 windows: 20 accepted, the rest failed. Bound
+		// 2 × 20 + 5 + 10 = 55.
 		for i := range requests {
 			st := 500
 			if i < 20 {
@@ -288,9 +289,9 @@ func TestThrottleProperty(t *testing.T) {
 		requests int
 		want     int
 	}{
-		{name: "within", strategy: worker.Cooldownd, requests: 45},
-		{name: "over", strategy: worker.Cooldownd, requests: 50, want: 5},
-		{name: "no coordination is judged by the same K", strategy: worker.NoCoordination, requests: 100, want: 55},
+		{name: "within", strategy: worker.Cooldownd, requests: 55},
+		{name: "over", strategy: worker.Cooldownd, requests: 60, want: 5},
+		{name: "no coordination is judged by the same K", strategy: worker.NoCoordination, requests: 100, want: 45},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,7 +307,8 @@ func TestThrottleProperty(t *testing.T) {
 			assert.Equal(t, tt.requests, f.Requests)
 			assert.Equal(t, 20, f.Accepts)
 			assert.Equal(t, 5, f.Carried)
-			assert.InDelta(t, 45, f.Bound(), 1e-9)
+			assert.InDelta(t, 10, f.Windows, 1e-9)
+			assert.InDelta(t, 55, f.Bound(), 1e-9)
 			assert.Equal(t, 3, f.Rejected)
 		})
 	}

@@ -103,15 +103,20 @@ type ThrottleFigures struct {
 	// the incident: the window still holds them when it starts, and they
 	// let K − 1 times as many more through before the throttle rejects.
 	Carried int
+	// Windows is how many fleet windows the incident lasts.
+	Windows float64
 	K       float64
 	// Rejected counts the THROTTLED answers the workers received.
 	Rejected int
 }
 
 // Bound is the most requests the throttle lets reach the provider: K ×
-// what it accepted, plus (K − 1) × the accepts the window carried in.
+// what it accepted, plus (K − 1) × the accepts the window carried in,
+// plus one request per window. A window of R requests and A accepts sends
+// (1 − p)·R = (K·A + 1)·R/(R + 1) of them: the formula's + 1 lets one
+// more through per window.
 func (t ThrottleFigures) Bound() float64 {
-	return t.K*float64(t.Accepts) + (t.K-1)*float64(t.Carried)
+	return t.K*float64(t.Accepts) + (t.K-1)*float64(t.Carried) + t.Windows
 }
 
 // Throttle computes the throttle figures of r.
@@ -123,6 +128,9 @@ func (r *Result) Throttle() ThrottleFigures {
 	}
 	from, to := r.T0.Add(r.Scenario.OutageFrom).UnixNano(), r.T0.Add(r.Scenario.OutageTo).UnixNano()
 	before := from - 2*int64(p.FleetWindow)
+	if p.FleetWindow > 0 {
+		t.Windows = float64(to-from) / float64(p.FleetWindow)
+	}
 	for _, a := range r.Arrivals {
 		if a.Key != worker.KeyPrimary {
 			continue
@@ -306,8 +314,8 @@ func (r *Result) RuleSummary() string {
 			st, b.Retries, fmtDur(b.Span), b.FirstAttempts, b.Fleet, b.Slack, b.Bound(), b.PerProcess, b.Denied, b.RetryAdmits)
 	case RuleThrottle:
 		t := r.Throttle()
-		return fmt.Sprintf("%s: the provider received %d requests during the incident and accepted %d (%.0f%% failed); bound K × accepted + (K − 1) × %d carried in = %.0f; %d THROTTLED denials",
-			st, t.Requests, t.Accepts, pct(t.Requests-t.Accepts, t.Requests), t.Carried, t.Bound(), t.Rejected)
+		return fmt.Sprintf("%s: the provider received %d requests during the incident and accepted %d (%.0f%% failed); bound K × accepted + (K − 1) × %d carried in + %.0f windows = %.0f; %d THROTTLED denials",
+			st, t.Requests, t.Accepts, pct(t.Requests-t.Accepts, t.Requests), t.Carried, t.Windows, t.Bound(), t.Rejected)
 	case RuleQuorum, RuleQuorumOff:
 		q := r.Quorum()
 		return fmt.Sprintf("%s: the broken worker had %d failed requests; the healthy workers made %d calls, %d failed, %d denials; "+

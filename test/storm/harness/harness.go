@@ -422,6 +422,9 @@ func runConns(runID string) (map[string]client.Conn, error) {
 	return map[string]client.Conn{worker.KeyPrimary: primary, worker.KeyFallback: fallback}, nil
 }
 
+// maxHistory is the most transitions GetConnection returns.
+const maxHistory = 50
+
 // final reads the run's connections from replica 0 once the run is over.
 func (h *Harness) final(ctx context.Context, runID string) map[string]*Final {
 	keys, err := runConns(runID)
@@ -432,7 +435,7 @@ func (h *Harness) final(ctx context.Context, runID string) map[string]*Final {
 	out := make(map[string]*Final)
 	for key, conn := range keys {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		r, err := api.GetConnection(rctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: conn.ID().Bytes()}))
+		r, err := api.GetConnection(rctx, connect.NewRequest(&cooldownv1.GetConnectionRequest{Id: conn.ID().Bytes(), HistoryLimit: maxHistory}))
 		cancel()
 		if err != nil {
 			continue
