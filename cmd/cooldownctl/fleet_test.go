@@ -107,10 +107,11 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 	ts := servertest.Start(t, servertest.WithProtocol(servertest.HTTP1), servertest.WithAuth(servertest.Tokens(t)))
 	hc := &http.Client{Transport: bearerTransport{base: http.DefaultTransport, token: servertest.ClientToken}}
 	s := &testServer{url: ts.URL, app: cooldownv1connect.NewCooldownServiceClient(hc, ts.URL)}
-	shadow, fleet, plain := servertest.NewID(), servertest.NewID(), servertest.NewID()
+	shadow, fleet, plain, quiet := servertest.NewID(), servertest.NewID(), servertest.NewID(), servertest.NewID()
 	s.report(t, shadow, "openai gpt-4o", cooldownv1.Outcome_OUTCOME_RATE_LIMITED, 429, time.Minute)
 	s.report(t, fleet, "anthropic claude", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
 	s.report(t, plain, "gemini", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
+	s.report(t, quiet, "mistral", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, 0)
 	patchAnswers(t, ts, edits{
 		state: func(c *cooldownv1.ConnectionState) {
 			switch id := c.GetConnection().GetId(); {
@@ -119,6 +120,8 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 			case bytes.Equal(id, fleet):
 				c.Fleet = &cooldownv1.FleetCounts{FirstAttempts: 120, Retries: 25, Requests: 140.25, Accepts: 30,
 					ThrottleProbability: 0.3521, FailureReporters: 1}
+			case bytes.Equal(id, quiet):
+				c.Fleet = &cooldownv1.FleetCounts{} // as with every fleet rule off: no counts kept
 			}
 		},
 		transition: func(id []byte, tr *cooldownv1.Transition) { tr.Shadow = bytes.Equal(id, shadow) },
@@ -148,7 +151,6 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 	} {
 		assert.Regexp(t, want, r.stdout)
 	}
-	assert.NotRegexp(t, `\nFleet( over \S+)?\s{2,}\d`, r.stdout, "no fleet counts: no fleet row")
 
 	r = s.ctl(t, viewer(), "get", hex.EncodeToString(fleet))
 	require.NoError(t, r.err, r.stderr)
@@ -169,10 +171,19 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 	}
 	assert.NotRegexp(t, `\nShadow\s+yes`, r.stdout, "an enforced policy's state has no shadow row")
 
+	// The server's own counts: the default retry budget counts the one
+	// first attempt reported (weighted: below 1 once its bucket is the
+	// older one); 3/s × 30 s allow 90 retries.
 	r = s.ctl(t, viewer(), "get", hex.EncodeToString(plain))
 	require.NoError(t, r.err, r.stderr)
-	assert.NotRegexp(t, `\nFleet( over \S+)?\s{2,}\d`, r.stdout, "no fleet counts: no fleet row")
+	assert.Regexp(t, `\nFleet over 30s\s+(1|0\.\d) first attempts, 0 retries, 0 requests, 0 accepts\n`, r.stdout)
+	assert.Regexp(t, `\nRetry budget\s+0 of 90 retries used\n`, r.stdout)
+	assert.Regexp(t, `\nRetry budget\s+20% of the fleet's first attempts over the fleet window\n`, r.stdout)
 	assert.NotContains(t, r.stdout, "[shadow]")
+
+	r = s.ctl(t, viewer(), "get", hex.EncodeToString(quiet))
+	require.NoError(t, r.err, r.stderr)
+	assert.NotRegexp(t, `\nFleet( over \S+)?\s{2,}\d`, r.stdout, "no fleet counts: no fleet row")
 	for _, row := range []string{"Retry budget", "Retry budget min", "Throttle K", "Trip quorum", "Fleet window", "Shadow"} {
 		assert.Regexp(t, `\n`+regexp.QuoteMeta(row)+`\s{2,}\S`, r.stdout, "the policy has a %s row", row)
 	}
