@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +82,61 @@ var boundsCases = []boundsCase{
 	{name: "history above 1000", sets: []string{"config.history=1001"}, refused: []string{"/config/history"}},
 	{name: "every problem at once", sets: []string{"policy.window=20m", "policy.openBase=10m", "config.idleTTL=30s", "policy.minCalls=0"},
 		refused: []string{"policy.window must be", "policy.openMax (5m) must be at least policy.openBase (10m)", "config.idleTTL", "policy.minCalls must be"}},
+
+	// The fleet rules (decision 0034).
+	{name: "retryBudget 0 (off)", sets: []string{"policy.retryBudget=0"}},
+	{name: "retryBudget 1", sets: []string{"policy.retryBudget=1"}},
+	{name: "decimal retryBudget from --set", sets: []string{"policy.retryBudget=0.35"}},
+	{name: "retryBudget above 1 from --set", sets: []string{"policy.retryBudget=1.5"},
+		refused: []string{"policy.retryBudget must be in [0, 1] (0 disables the budget), got 1.5", "cooldownd would refuse to start"}},
+	{name: "retryBudget above 1", doc: `policy: {retryBudget: 1.5}`, refused: []string{"/policy/retryBudget"}},
+	{name: "retryBudget below one basis point", sets: []string{"policy.retryBudget=0.00001"},
+		refused: []string{"policy.retryBudget must be at least 0.0001 (one basis point) or 0 to disable the budget"}},
+	{name: "retryBudget one basis point", sets: []string{"policy.retryBudget=0.0001"}},
+	{name: "retryBudgetMin 1000", sets: []string{"policy.retryBudgetMin=1000"}},
+	{name: "retryBudgetMin 0", sets: []string{"policy.retryBudgetMin=0"}},
+	{name: "retryBudgetMin 1001", sets: []string{"policy.retryBudgetMin=1001"}, refused: []string{"/policy/retryBudgetMin"}},
+	{name: "throttleK 2", sets: []string{"policy.throttleK=2"}},
+	{name: "throttleK 1", sets: []string{"policy.throttleK=1"}},
+	{name: "throttleK 10", sets: []string{"policy.throttleK=10"}},
+	{name: "decimal throttleK from --set", sets: []string{"policy.throttleK=1.5"}},
+	{name: "throttleK below 1 from --set", sets: []string{"policy.throttleK=0.5"},
+		refused: []string{"policy.throttleK must be 0 (off) or in [1, 10], got 0.5"}},
+	{name: "throttleK above 10 from --set", sets: []string{"policy.throttleK=10.5"},
+		refused: []string{"policy.throttleK must be 0 (off) or in [1, 10], got 10.5"}},
+	{name: "throttleK above 10", doc: `policy: {throttleK: 11}`, refused: []string{"/policy/throttleK"}},
+	{name: "tripQuorum 16", sets: []string{"policy.tripQuorum=16"}},
+	{name: "tripQuorum 17", sets: []string{"policy.tripQuorum=17"}, refused: []string{"/policy/tripQuorum"}},
+	{name: "fleetWindow 10m", sets: []string{"policy.fleetWindow=10m"}},
+	{name: "fleetWindow 1ms", sets: []string{"policy.fleetWindow=1ms", "policy.throttleK=2", "policy.tripQuorum=2"}},
+	{name: "fleetWindow 20m with the default retry budget", sets: []string{"policy.fleetWindow=20m"},
+		refused: []string{"policy.fleetWindow must be in [1ms, 10m] while policy.retryBudget, policy.throttleK or policy.tripQuorum is on, got 20m"}},
+	{name: "fleetWindow 0 with the throttle", sets: []string{"policy.fleetWindow=0", "policy.retryBudget=0", "policy.throttleK=2"},
+		refused: []string{"policy.fleetWindow must be in [1ms, 10m] while policy.retryBudget, policy.throttleK or policy.tripQuorum is on, got 0"}},
+	{name: "fleetWindow 11m with a trip quorum of 2", sets: []string{"policy.fleetWindow=11m", "policy.retryBudget=0", "policy.tripQuorum=2"},
+		refused: []string{"policy.fleetWindow must be in [1ms, 10m] while"}},
+	{name: "fleetWindow 20m with every fleet rule off", sets: []string{"policy.fleetWindow=20m", "policy.retryBudget=0", "policy.tripQuorum=1"}},
+	{name: "fleetWindow 0 with every fleet rule off", sets: []string{"policy.fleetWindow=0", "policy.retryBudget=0"}},
+	{name: "fleetWindow below a millisecond", sets: []string{"policy.fleetWindow=1500us"},
+		refused: []string{"policy.fleetWindow must be whole milliseconds, got 1500us"}},
+	{name: "fleetWindow above 7 days", sets: []string{"policy.fleetWindow=169h", "policy.retryBudget=0"},
+		refused: []string{"policy.fleetWindow must be at most 168h (7 days), got 169h"}},
+	{name: "shadow true", sets: []string{"policy.shadow=true"}},
+	{name: "shadow false", sets: []string{"policy.shadow=false"}},
+	{name: "shadow yes", sets: []string{"policy.shadow=yes"}, refused: []string{"/policy/shadow"}},
+	{name: "every fleet rule on", sets: []string{"policy.retryBudget=0.1", "policy.retryBudgetMin=10", "policy.throttleK=2", "policy.tripQuorum=2", "policy.fleetWindow=1m", "policy.shadow=true"}},
+	{name: "overrides: a tenant's throttle_k below 1", doc: `
+policy: {overrides: {tenants: {team-a: {throttle_k: 0.5}}}}`,
+		refused: []string{"policy.overrides.tenants.team-a.throttle_k must be 0 (off) or in [1, 10], got 0.5 (in the policy the server resolves for policy.overrides.tenants.team-a)"}},
+	{name: "overrides: a label rule's trip quorum reads the default's fleet window", doc: `
+policy: {retryBudget: 0, overrides: {default: {fleet_window: 20m}, tenants: {team-a: {labels: [{match: "a*", trip_quorum: 2}]}}}}`,
+		refused: []string{"policy.overrides.default.fleet_window must be in [1ms, 10m] while policy.retryBudget, policy.throttleK or policy.overrides.tenants.team-a.labels[0].trip_quorum is on, got 20m (in the policy the server resolves for policy.overrides.tenants.team-a.labels[0])"}},
+	{name: "overrides: the budget off for a tenant frees its fleet window", doc: `
+policy: {overrides: {tenants: {team-a: {retry_budget: 0, fleet_window: 30m}}}}`},
+	{name: "overrides: shadow for a label rule", doc: `
+policy: {overrides: {default: {shadow: false}, tenants: {team-a: {throttle_k: 2, labels: [{match: "new *", shadow: true, retry_budget: 0.5}]}}}}`},
+	{name: "overrides: shadow yes", doc: `
+policy: {overrides: {tenants: {team-a: {shadow: "yes"}}}}`, refused: []string{"/policy/overrides/tenants/team-a/shadow"}},
 
 	// The policy file, layered as cooldownd layers it.
 	{name: "overrides: tenant open_base above the default's open_max", doc: `
@@ -168,6 +225,66 @@ func TestChartAgreesWithBinary(t *testing.T) {
 	}
 }
 
+// TestChartDefaultsAreTheBinarys: every COOLDOWND_* variable the default
+// ConfigMap sets equals the default cooldownd's --help states for it (for
+// the policy, internal/breaker's DefaultPolicy), and every policy flag of
+// cooldownd has its variable in the ConfigMap, so a knob added to the
+// binary cannot be missing from the chart.
+func TestChartDefaultsAreTheBinarys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs cooldownd")
+	}
+	t.Parallel()
+	bin := cooldowndBinary(t)
+	cmd := exec.Command(bin, "--help")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	help := map[string]string{} // COOLDOWND_X -> default
+	for _, m := range helpDefault.FindAllStringSubmatch(string(out), -1) {
+		help[m[1]] = m[2]
+	}
+	require.Contains(t, help, "COOLDOWND_SHADOW", "cooldownd --help lists its knobs:\n%s", out)
+	data := one[*corev1.ConfigMap](t, render(t, nil), fullname).Data
+	require.NotEmpty(t, data)
+	for k, v := range data {
+		def, ok := help[k]
+		if !assert.True(t, ok, "the ConfigMap sets %s, which cooldownd does not read", k) {
+			continue
+		}
+		assert.True(t, sameSetting(v, def), "%s: the chart's default %q, cooldownd's %q", k, v, def)
+	}
+	// Every knob of the policy table (the flags after --lease-ttl are the
+	// fleet rules') reaches the ConfigMap.
+	for _, k := range []string{"CONSECUTIVE_FAILURES", "FAILURE_RATE", "MIN_CALLS", "WINDOW", "OPEN_BASE", "OPEN_MAX", "JITTER",
+		"RATE_LIMIT_COOLDOWN", "OVERLOAD_FLOOR", "QUOTA_BLOCK", "AUTH_BLOCK", "MAX_PROBES", "LEASE_TTL",
+		"RETRY_BUDGET", "RETRY_BUDGET_MIN", "THROTTLE_K", "TRIP_QUORUM", "FLEET_WINDOW", "SHADOW"} {
+		require.Contains(t, help, "COOLDOWND_"+k)
+		assert.Contains(t, data, "COOLDOWND_"+k, "the chart does not pass --%s", strings.ToLower(strings.ReplaceAll(k, "_", "-")))
+	}
+}
+
+// helpDefault matches a flag's line in cooldownd --help.
+var helpDefault = regexp.MustCompile(`\(env (COOLDOWND_[A-Z0-9_]+), default "([^"]*)"\)`)
+
+// sameSetting compares two spellings of one value: durations by length
+// (1m and 1m0s), numbers by value, booleans by truth, else as text.
+func sameSetting(a, b string) bool {
+	if x, err := time.ParseDuration(a); err == nil {
+		y, err := time.ParseDuration(b)
+		return err == nil && x == y
+	}
+	if x, err := strconv.ParseFloat(a, 64); err == nil {
+		y, err := strconv.ParseFloat(b, 64)
+		return err == nil && x == y
+	}
+	if x, err := strconv.ParseBool(a); err == nil {
+		y, err := strconv.ParseBool(b)
+		return err == nil && x == y
+	}
+	return a == b
+}
+
 // envFromValues writes a case's policy.* and config.* values over the
 // defaults' variables the way templates/configmap.yaml does, and its
 // policy.overrides as the policy file.
@@ -181,7 +298,8 @@ func envFromValues(t *testing.T, defaults map[string]string, values map[string]a
 		"consecutiveFailures": "CONSECUTIVE_FAILURES", "failureRate": "FAILURE_RATE", "minCalls": "MIN_CALLS", "window": "WINDOW",
 		"openBase": "OPEN_BASE", "openMax": "OPEN_MAX", "jitter": "JITTER", "rateLimitCooldown": "RATE_LIMIT_COOLDOWN",
 		"overloadFloor": "OVERLOAD_FLOOR", "quotaBlock": "QUOTA_BLOCK", "authBlock": "AUTH_BLOCK", "maxProbes": "MAX_PROBES",
-		"leaseTTL": "LEASE_TTL", "idleTTL": "IDLE_TTL", "history": "HISTORY", "shutdownTimeout": "SHUTDOWN_TIMEOUT",
+		"leaseTTL": "LEASE_TTL", "retryBudget": "RETRY_BUDGET", "retryBudgetMin": "RETRY_BUDGET_MIN", "throttleK": "THROTTLE_K",
+		"tripQuorum": "TRIP_QUORUM", "fleetWindow": "FLEET_WINDOW", "shadow": "SHADOW", "idleTTL": "IDLE_TTL", "history": "HISTORY", "shutdownTimeout": "SHUTDOWN_TIMEOUT",
 		"maxConnectionsPerTenant": "MAX_CONNECTIONS_PER_TENANT", "tokensReloadInterval": "TOKENS_RELOAD_INTERVAL",
 	}
 	policyFile := ""

@@ -87,8 +87,13 @@ policy:
           - match: "azure/*"
             quota_block: 24h
             jitter: 0
+            trip_quorum: 2
+            retry_budget_min: 10
       team-b:
         lease_ttl: 1m
+        shadow: true
+        throttle_k: 1.5
+        fleet_window: 45s
 `
 
 // TestLint runs Helm's linter (chart metadata, values schema, templates)
@@ -772,10 +777,10 @@ func TestFeatures(t *testing.T) {
 					policyKnobs: policyKnobs{ConsecutiveFailures: new(3), MaxProbes: new(2)},
 					Labels: []policyLabelRule{
 						{Match: "openai *", policyKnobs: policyKnobs{RateLimitCooldown: ptr("5s")}},
-						{Match: "azure/*", policyKnobs: policyKnobs{QuotaBlock: ptr("24h"), Jitter: new(0.0)}},
+						{Match: "azure/*", policyKnobs: policyKnobs{QuotaBlock: ptr("24h"), Jitter: new(0.0), TripQuorum: new(2), RetryBudgetMin: new(10)}},
 					},
 				},
-				"team-b": {policyKnobs: policyKnobs{LeaseTTL: ptr("1m")}},
+				"team-b": {policyKnobs: policyKnobs{LeaseTTL: ptr("1m"), Shadow: new(true), ThrottleK: new(1.5), FleetWindow: ptr("45s")}},
 			},
 		}, file)
 		var asGiven, back map[string]any
@@ -850,6 +855,12 @@ func TestPolicyConfigMap(t *testing.T) {
 	assert.Equal(t, "0", cm.Data["COOLDOWND_JITTER"])
 	assert.Equal(t, "2000000", cm.Data["COOLDOWND_MAX_CONNECTIONS_PER_TENANT"])
 	assert.Equal(t, "0.5", cm.Data["COOLDOWND_FAILURE_RATE"])
+	assert.Equal(t, "2", cm.Data["COOLDOWND_THROTTLE_K"])
+	assert.Equal(t, "2", cm.Data["COOLDOWND_TRIP_QUORUM"])
+	assert.Equal(t, "1m", cm.Data["COOLDOWND_FLEET_WINDOW"])
+	assert.Equal(t, "true", cm.Data["COOLDOWND_SHADOW"])
+	assert.Equal(t, "0.2", cm.Data["COOLDOWND_RETRY_BUDGET"], "the default")
+	assert.Equal(t, "3", cm.Data["COOLDOWND_RETRY_BUDGET_MIN"], "the default")
 
 	// Every policy value in values.yaml has its variable.
 	vals, err := chartutil.ReadValuesFile(filepath.Join(chartDir, "values.yaml"))
@@ -996,6 +1007,7 @@ func TestNotes(t *testing.T) {
 		outside      = "reachable from outside the cluster"
 		bundledNote  = "the bundled Redis is one pod without failover"
 		replicasWarn = "WARNING: replicaCount is 1"
+		shadowNote   = "NOTE: policy.shadow=true: the policy runs in shadow mode"
 	)
 	cases := []struct {
 		name    string
@@ -1008,7 +1020,9 @@ func TestNotes(t *testing.T) {
 				"kubectl --namespace cooldownd port-forward svc/demo-cooldownd 8080:8080",
 				"kubectl get secret --namespace cooldownd demo-cooldownd -o jsonpath='{.data.admin-token}' | base64 -d",
 				"/grpc.health.v1.Health/Check"},
-			[]string{"WARNING"}},
+			[]string{"WARNING", shadowNote}},
+		{"shadow", parseValues(t, "policy: {shadow: true}"),
+			[]string{shadowNote, "denies no call for it; operator\noverrides are still enforced"}, []string{"WARNING"}},
 		{"insecure", parseValues(t, features["insecure-no-auth"]),
 			[]string{authWarning}, []string{outside, tlsWarning, "admin-token"}},
 		{"insecure load balancer", parseValues(t, "auth: {insecureNoAuth: true}\nservice: {type: LoadBalancer}"),
@@ -1144,6 +1158,12 @@ type policyKnobs struct {
 	AuthBlock           *string  `json:"auth_block,omitempty"`
 	MaxProbes           *int     `json:"max_probes,omitempty"`
 	LeaseTTL            *string  `json:"lease_ttl,omitempty"`
+	RetryBudget         *float64 `json:"retry_budget,omitempty"`
+	RetryBudgetMin      *int     `json:"retry_budget_min,omitempty"`
+	ThrottleK           *float64 `json:"throttle_k,omitempty"`
+	TripQuorum          *int     `json:"trip_quorum,omitempty"`
+	FleetWindow         *string  `json:"fleet_window,omitempty"`
+	Shadow              *bool    `json:"shadow,omitempty"`
 }
 
 type policyTenant struct {

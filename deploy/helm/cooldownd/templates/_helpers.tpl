@@ -473,7 +473,7 @@ to change); returns one problem per line.
 {{- $n := .names }}
 {{- $maxMs := 604800000.0 }}{{/* breaker.MaxDuration, 7 days */}}
 {{- $ms := dict }}
-{{- range $k := list "window" "open_base" "open_max" "rate_limit_cooldown" "overload_floor" "quota_block" "auth_block" "lease_ttl" }}
+{{- range $k := list "window" "open_base" "open_max" "rate_limit_cooldown" "overload_floor" "quota_block" "auth_block" "lease_ttl" "fleet_window" }}
 {{- $v := include "cooldownd.durationMs" (index $p $k) | float64 }}
 {{- $_ := set $ms $k $v }}
 {{- if gt $v $maxMs }}
@@ -517,6 +517,30 @@ to change); returns one problem per line.
 {{- if lt $ms.lease_ttl 1.0 }}
 {{ $n.lease_ttl }} must be at least 1ms, got {{ index $p "lease_ttl" }}
 {{- end }}
+{{- $rb := index $p "retry_budget" | float64 }}
+{{- if or (lt $rb 0.0) (gt $rb 1.0) }}
+{{ $n.retry_budget }} must be in [0, 1] (0 disables the budget), got {{ index $p "retry_budget" }}
+{{- else if and (gt $rb 0.0) (lt (round (mulf $rb 10000) 0) 1.0) }}
+{{ $n.retry_budget }} must be at least 0.0001 (one basis point) or 0 to disable the budget, got {{ index $p "retry_budget" }}
+{{- end }}
+{{- $rbm := index $p "retry_budget_min" | float64 }}
+{{- if or (lt $rbm 0.0) (gt $rbm 1000.0) }}
+{{ $n.retry_budget_min }} must be in [0, 1000], got {{ index $p "retry_budget_min" }}
+{{- end }}
+{{- $k := index $p "throttle_k" | float64 }}
+{{- if or (lt $k 0.0) (gt $k 10.0) (and (gt $k 0.0) (lt $k 1.0)) }}
+{{ $n.throttle_k }} must be 0 (off) or in [1, 10], got {{ index $p "throttle_k" }}
+{{- end }}
+{{- $q := index $p "trip_quorum" | float64 }}
+{{- if or (lt $q 0.0) (gt $q 16.0) }}
+{{ $n.trip_quorum }} must be in [0, 16] (0 or 1: any one reporter), got {{ index $p "trip_quorum" }}
+{{- end }}
+{{- if and (or (gt $rb 0.0) (gt $k 0.0) (gt $q 1.0)) (or (lt $ms.fleet_window 1.0) (gt $ms.fleet_window 600000.0)) }}
+{{ $n.fleet_window }} must be in [1ms, 10m] while {{ $n.retry_budget }}, {{ $n.throttle_k }} or {{ $n.trip_quorum }} is on, got {{ index $p "fleet_window" }}
+{{- end }}
+{{- if not (kindIs "bool" (index $p "shadow")) }}
+{{ $n.shadow }} must be true or false, got {{ index $p "shadow" }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -526,7 +550,7 @@ them (internal/policy): label rule over tenant over default over the flags. One 
 */}}
 {{- define "cooldownd.allPolicyProblems" -}}
 {{- $v := .Values.policy }}
-{{- $flags := dict "consecutive_failures" "consecutiveFailures" "failure_rate" "failureRate" "min_calls" "minCalls" "window" "window" "open_base" "openBase" "open_max" "openMax" "jitter" "jitter" "rate_limit_cooldown" "rateLimitCooldown" "overload_floor" "overloadFloor" "quota_block" "quotaBlock" "auth_block" "authBlock" "max_probes" "maxProbes" "lease_ttl" "leaseTTL" }}
+{{- $flags := dict "consecutive_failures" "consecutiveFailures" "failure_rate" "failureRate" "min_calls" "minCalls" "window" "window" "open_base" "openBase" "open_max" "openMax" "jitter" "jitter" "rate_limit_cooldown" "rateLimitCooldown" "overload_floor" "overloadFloor" "quota_block" "quotaBlock" "auth_block" "authBlock" "max_probes" "maxProbes" "lease_ttl" "leaseTTL" "retry_budget" "retryBudget" "retry_budget_min" "retryBudgetMin" "throttle_k" "throttleK" "trip_quorum" "tripQuorum" "fleet_window" "fleetWindow" "shadow" "shadow" }}
 {{- $base := dict }}
 {{- $names := dict }}
 {{- range $snake, $camel := $flags }}
