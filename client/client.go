@@ -242,9 +242,12 @@ func (c *Client) call(ctx context.Context, op string, do func(context.Context, c
 }
 
 // Admit asks whether a call may go to one of the candidates, in order of
-// preference (the primary first; 1 to [MaxCandidates]). A denial is an
-// answer, not an error: check [Admission.Decision]. Every allowed
-// admission must be followed by one [Client.Report].
+// preference (the primary first; 1 to [MaxCandidates]). It is a first
+// attempt on every candidate; for a retry use [Client.AdmitAttempt]. A
+// denial is an answer, not an error: check [Admission.Decision]. An
+// allowed admission may carry a shadow policy's would-be denial
+// ([Admission.Shadowed]): the call still goes. Every allowed admission
+// must be followed by one [Client.Report].
 //
 // When no endpoint of cooldownd answers within the admit timeout, this
 // call is decided by the fail mode: by the in-process breaker

@@ -15,8 +15,8 @@
 //     rejected or failing;
 //   - [Client.RoundTripper] to guard every request of an [net/http.Client],
 //     for SDKs that accept one (set the SDK's own retries to 0);
-//   - [Client.Admit], [Client.Report] and [Client.ExtendLease] to drive the
-//     protocol by hand.
+//   - [Client.Admit] (or [Client.AdmitAttempt] for a retry), [Client.Report]
+//     and [Client.ExtendLease] to drive the protocol by hand.
 //
 // A 2xx response is reported as a success when its headers arrive and is
 // returned with its body unread, so streams work and are never replayed.

@@ -21,8 +21,11 @@ import (
 //     cooldown, a tripped breaker) moves on to the next candidate at once,
 //     without a backoff.
 //
-// The guard waits (see [WithMaxWait]) only when every remaining candidate is
-// denied. call receives the chosen candidate and must build the request for
+// Every Admit marks as a retry exactly the candidates this call was already
+// sent to: a fallback not tried yet gets a first attempt. The guard waits
+// (see [WithMaxWait]) only when every remaining candidate is denied, and
+// never for a candidate denied with [ReasonRetryBudget] or
+// [ReasonThrottled]: that one is dropped and the rest admitted at once. call receives the chosen candidate and must build the request for
 // it. At most 16 candidates; retries are counted over all of them.
 func (c *Client) DoFallback(ctx context.Context, conns []Conn, call func(ctx context.Context, conn Conn) (*http.Response, error)) (*http.Response, error) {
 	return c.guard(ctx, conns, c.cfg.maxRetries, func(ctx context.Context, conn Conn, _ int) (*http.Response, error) {

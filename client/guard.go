@@ -25,10 +25,14 @@ type attemptFunc func(ctx context.Context, conn Conn, n int) (*http.Response, er
 
 // Do guards one provider call on conn:
 //
-//  1. Admit. On a denial it waits for the connection (with jitter, at most
-//     the max wait in total and never past ctx's deadline), or returns a
-//     [*DeniedError] at once when the wait would be longer, or with
-//     [WithNoWait].
+//  1. Admit, as a retry on a connection this call was already sent to
+//     (see [Client.AdmitAttempt]). On a denial it waits for the connection
+//     (with jitter, at most the max wait in total and never past ctx's
+//     deadline), or returns a [*DeniedError] at once when the wait would be
+//     longer, or with [WithNoWait]. A retry over the fleet's retry budget
+//     ([ReasonRetryBudget]) and a throttled call ([ReasonThrottled]) are
+//     never waited for: the [*DeniedError] comes at once, wrapping the last
+//     attempt's [*Error] if any.
 //  2. call(ctx). A 2xx response is returned with its body unread: success is
 //     reported when the headers arrive, and a stream is never replayed. Any
 //     other response's body is read (at most [Rules.MaxBodyBytes]),

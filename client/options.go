@@ -349,6 +349,10 @@ const DefaultMirrorInterval = time.Second
 // other processes may trip before a batch of successes that happened in
 // between arrives. While the watch stream is down nothing is admitted
 // from the mirror; an entry is checked with cooldownd again after 30 s.
+// A retry is never admitted from the mirror (the fleet's retry budget is
+// cooldownd's), nor a connection whose last throttle probability seen (in
+// an Admit or Report answer, or an event) is above 0, until an Admit
+// answer says 0 again. Batches keep retries apart from first attempts.
 // The token needs the client role.
 func WithMirror(interval time.Duration) Option {
 	return optionFunc(func(c *config) {
