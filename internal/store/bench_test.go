@@ -51,15 +51,35 @@ func BenchmarkStore(b *testing.B) {
 	} {
 		b.Run(topo.name, func(b *testing.B) {
 			rdb, masters := topo.rdb(b)
-			benchStore(b, rdb, masters)
+			rounds := &roundCounter{}
+			rdb.AddHook(rounds)
+			for _, pol := range benchPolicies() {
+				b.Run(pol.name, func(b *testing.B) { benchStore(b, rdb, masters, rounds, pol.p) })
+			}
 		})
 	}
 }
 
-func benchStore(b *testing.B, rdb redis.UniversalClient, masters func(context.Context) []*redis.Client) {
-	rounds := &roundCounter{}
-	rdb.AddHook(rounds)
-	st, err := store.New(rdb, store.Options{})
+// benchPolicies are the policies the store is measured with: the default
+// (its retry budget counts first attempts), every fleet rule off (the cost
+// before them), and the throttle on (its counters read by every Admit and
+// written by every Report).
+func benchPolicies() []struct {
+	name string
+	p    breaker.Policy
+} {
+	off, throttle := breaker.DefaultPolicy(), breaker.DefaultPolicy()
+	off.RetryBudget = 0
+	throttle.ThrottleK = 2
+	return []struct {
+		name string
+		p    breaker.Policy
+	}{{"default", breaker.DefaultPolicy()}, {"fleet_off", off}, {"throttle", throttle}}
+}
+
+func benchStore(b *testing.B, rdb redis.UniversalClient, masters func(context.Context) []*redis.Client,
+	rounds *roundCounter, p breaker.Policy) {
+	st, err := store.New(rdb, store.Options{Policy: &p})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,6 +109,12 @@ func benchStore(b *testing.B, rdb redis.UniversalClient, masters func(context.Co
 		{"admit_open", admit(open)},
 		{"report_success", func() error {
 			_, err := st.Report(ctx, healthy, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
+			return err
+		}},
+		{"admit_retry", func() error {
+			r := healthy
+			r.Retry = true
+			_, err := st.Admit(ctx, r)
 			return err
 		}},
 		{"admit3_2cooling", func() error {

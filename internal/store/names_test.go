@@ -107,7 +107,7 @@ func TestFastPathsUseThePreludesNames(t *testing.T) {
 			writes++
 		}
 	}
-	assert.Equal(t, 9, writes, "report_fast.lua's writes: sc cf ls lo le lb wcc fcf xp")
+	assert.Equal(t, 11, writes, "report_fast.lua's writes: sc cf ls lo le lb wcc fcf fcq fca xp")
 	// The fleet window's rotation, written as one (its fields the
 	// prelude's).
 	for _, f := range []string{"fs", "fpf", "fpr", "fpq", "fpa", "fcr", "fcq", "fca", "fcf"} {

@@ -1,10 +1,11 @@
 -- report's fast path, before the prelude runs: a success with the current
--- revision and no lease or hint, on a closed connection with no override,
--- whose policy's throttle is off. internal/breaker's Report then counts
+-- revision and no lease or hint, on a closed connection with no override.
+-- internal/breaker's Report then counts
 -- it and moves nothing (no settle, no lease, no transition, no event), so
 -- one HMGET reads what it changes and one HSET writes only the fields
--- whose value moves: the breaker's window and, while the retry budget is
--- on, a first attempt in the fleet window. The keys' time to live is
+-- whose value moves: the breaker's window and the fleet window's counts
+-- (a first attempt while the retry budget is on, a request and an accept
+-- while the throttle is). The keys' time to live is
 -- refreshed only when due: when less than the idle TTL is left, to the
 -- idle TTL and an eighth (EXPIRES_AT in prelude.lua), so a healthy
 -- connection lives at least its idle TTL after its last report and its
@@ -15,10 +16,20 @@
 do
 local idle, rate_bp, window, fleet_window, budget_bp, throttle_k = string.match(ARGV[2],
   '^(%d+),(%d+),(%d+),(%d+),(%d+),([^,]+),')
-if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 and throttle_k == '0' then
+if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
   local CLOSED, NO_OVERRIDE, SUCCESS, APPLIED, MAX_COUNT = '1', '0', '1', 1, 100000
   local S = KEYS[1]
-  local f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp', 'fs', 'fcf')
+  -- prelude.lua's count_report: the fleet window counts a first attempt
+  -- while the retry budget is on, a request and an accept while the
+  -- throttle is.
+  local firsts, throttle = budget_bp ~= '0' and ARGV[16] ~= '1', throttle_k ~= '0'
+  local f
+  if firsts or throttle then
+    f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp', 'fs', 'fcf',
+      'fpq', 'fcq', 'fpa', 'fca')
+  else
+    f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp')
+  end
   if f[1] == CLOSED and f[2] == NO_OVERRIDE and f[3] == ARGV[5] then
     local batch = tonumber(ARGV[15]) or 1
     if batch < 1 then batch = 1 end
@@ -67,30 +78,51 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 and throttle_k ==
         w[n - 1], w[n] = 'wcc', string.format('%d', math.min(cc + batch, MAX_COUNT))
       end
     end
-    if budget_bp ~= '0' and ARGV[16] ~= '1' then
-      -- prelude.lua's count_report: a first attempt (batch) in the fleet
-      -- window, rotated first (its other counts are read only then).
+    local prob = '0'
+    if firsts or throttle then
+      -- Rotate the fleet window first (its retries are read only then),
+      -- then count.
       local fw = tonumber(fleet_window)
       local start = now - now % fw
-      local fs, fcf = tonumber(f[13]) or 0, tonumber(f[14]) or 0
+      local fs = tonumber(f[13]) or 0
+      local cf, pq, cq, pa, ca = tonumber(f[14]) or 0, tonumber(f[15]) or 0, tonumber(f[16]) or 0,
+        tonumber(f[17]) or 0, tonumber(f[18]) or 0
       if fs ~= start then
-        local c = {'0', '0', '0'}
-        local pf = '0'
+        local pf, pr = 0, 0
         if fs == start - fw then
-          c = redis.call('HMGET', S, 'fcr', 'fcq', 'fca')
-          pf = f[14] or '0'
+          pf, pr, pq, pa = cf, tonumber(redis.call('HGET', S, 'fcr')) or 0, cq, ca
+        else
+          pq, pa = 0, 0
         end
+        cf, cq, ca = 0, 0, 0
         w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6], w[n + 7], w[n + 8] =
-          'fs', string.format('%d', start), 'fpf', pf, 'fpr', c[1] or '0', 'fpq', c[2] or '0'
-        w[n + 9], w[n + 10], w[n + 11], w[n + 12], w[n + 13], w[n + 14] =
-          'fpa', c[3] or '0', 'fcr', '0', 'fcq', '0'
-        w[n + 15], w[n + 16] = 'fca', '0'
-        n = n + 16
-        fcf = 0
+          'fs', string.format('%d', start), 'fpf', string.format('%d', pf), 'fpr', string.format('%d', pr),
+          'fpq', string.format('%d', pq)
+        w[n + 9], w[n + 10], w[n + 11], w[n + 12], w[n + 13], w[n + 14], w[n + 15], w[n + 16] =
+          'fpa', string.format('%d', pa), 'fcr', '0', 'fcf', '0', 'fcq', '0'
+        w[n + 17], w[n + 18] = 'fca', '0'
+        n = n + 18
       end
-      if fcf < MAX_COUNT then
+      if firsts and cf < MAX_COUNT then
+        cf = math.min(cf + batch, MAX_COUNT)
         n = n + 2
-        w[n - 1], w[n] = 'fcf', string.format('%d', math.min(fcf + batch, MAX_COUNT))
+        w[n - 1], w[n] = 'fcf', string.format('%d', cf)
+      end
+      if throttle then
+        if cq < MAX_COUNT then
+          cq = math.min(cq + batch, MAX_COUNT)
+          n = n + 2
+          w[n - 1], w[n] = 'fcq', string.format('%d', cq)
+        end
+        if ca < MAX_COUNT then
+          ca = math.min(ca + batch, MAX_COUNT)
+          n = n + 2
+          w[n - 1], w[n] = 'fca', string.format('%d', ca)
+        end
+        -- prelude.lua's throttle_prob, in its operation order.
+        local e = now - start
+        local rq, ac = pq * (fw - e) + cq * fw, pa * (fw - e) + ca * fw
+        prob = string.format('%.17g', math.max(0, (rq - tonumber(throttle_k) * ac) / (rq + fw)))
       end
     end
     idle = tonumber(idle)
@@ -105,8 +137,8 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 and throttle_k ==
     end
     redis.call('HSET', S, unpack(w))
     -- REPORT_REPLY of report.lua: status, accepted, changed, created,
-    -- revision, phase, now, wake, throttle (off); no events.
-    return {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, '0', 0}
+    -- revision, phase, now, wake, throttle; no events.
+    return {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, prob, 0}
   end
 end
 end
