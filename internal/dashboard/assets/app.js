@@ -231,7 +231,22 @@
       overrideUntil: tsMs(cs.overrideUntil),
       changed: tsMs(cs.changedAt),
       updated: tsMs(cs.updatedAt),
+      shadow: !!cs.shadow,
+      fleet: fleetOf(cs.fleet),
     };
+  }
+
+  // fleetOf reads ConnectionState.fleet: the counts over the fleet window
+  // of every process's calls (the older bucket weighted by its overlap).
+  function fleetOf(f) {
+    f = f || {};
+    const n = (v) => Number(v || 0) || 0;
+    const out = {
+      first: n(f.firstAttempts), retries: n(f.retries), requests: n(f.requests), accepts: n(f.accepts),
+      prob: n(f.throttleProbability), reporters: n(f.failureReporters),
+    };
+    out.any = Object.values(out).some((v) => v !== 0);
+    return out;
   }
 
   // learnClock estimates the server clock from a fresh state: open_until
@@ -292,6 +307,7 @@
         pushEvent(row, {
           t: b.changed || now, kind: 'transition', rev: b.rev, from: a.state, to: b.state, cause: b.cause,
           actor: (tr && tr.actor) || '', reason: (tr && tr.reason) || '', status: b.status, outcome: b.outcome,
+          shadow: tr ? !!tr.shadow : b.shadow,
         });
       }
       if (a.state === 'closed' && b.state === 'open' && b.cause === 'breaker') {
@@ -349,8 +365,52 @@
     return byCount + ' or ' + (t ? 'failure rate ≥ ' + pct(rate) + ' over ' + win : byRate);
   }
 
-  // why explains a connection's state in a few words.
+  // num writes a fleet count (weighted, so possibly fractional) with at
+  // most one decimal.
+  const num = (v) => String(Math.round(v * 10) / 10);
+
+  // budgetOf is the fleet retry budget of a row now: the retries allowed
+  // over the window, max(min × window seconds, ratio × first attempts),
+  // and whether the next retry is over it. Null when the budget is off or
+  // the policy is not known yet.
+  function budgetOf(row) {
+    const p = row.policy, f = row.m.fleet;
+    if (!p || !(p.retryBudget > 0)) return null;
+    const win = durMs(p.fleetWindow);
+    const allowed = Math.max((p.retryBudgetMin || 0) * win / 1000, p.retryBudget * f.first);
+    return { allowed, spent: f.retries + 1 > allowed, win };
+  }
+
+  // fleetWhy says which fleet rule denies calls now: the adaptive throttle
+  // (reason throttled, while closed) and a spent retry budget (reason
+  // retry_budget, closed and half-open).
+  function fleetWhy(row) {
+    const m = row.m, f = m.fleet, out = [];
+    const denied = m.shadow ? 'would be denied (shadow)' : 'denied';
+    if (f.prob > 0 && m.state === 'closed' && !m.override) {
+      out.push('throttling ' + pct(f.prob) + ' of calls (' + denied + ': throttled)');
+    }
+    const b = budgetOf(row);
+    if (b && b.spent && m.state !== 'open' && !m.override) {
+      out.push('retry budget spent (' + num(f.retries) + ' of ' + num(b.allowed) + ' retries over ' + fmtSpan(b.win) +
+        '): retries ' + denied + ' (retry_budget), callers fall back');
+    }
+    return out.join('; ');
+  }
+
+  // why explains a connection's state in a few words; for a shadow policy
+  // it says the state is not enforced (operator overrides are).
   function why(row) {
+    const m = row.m;
+    const base = [baseWhy(row), fleetWhy(row)].filter(Boolean).join('; ');
+    if (!m.shadow) return base;
+    if (m.override) return base + ' (enforced: overrides apply in shadow mode too)';
+    if (m.state !== 'closed') return base + ' — shadow: not enforced, calls are allowed';
+    return (base ? base + ' — ' : '') + 'shadow: the policy’s denials are not enforced';
+  }
+
+  // baseWhy is why without the fleet rules and shadow mode.
+  function baseWhy(row) {
     const m = row.m, p = row.policy;
     const st = m.status ? ' from a ' + m.status : '';
     const dur = m.openUntil && m.changed ? m.openUntil - m.changed : 0;
@@ -387,7 +447,7 @@
   // needs explaining (not closed, or failing), once.
   function wantPolicy(row) {
     if (!row || row.policy || row.policyAsked) return;
-    if (row.m.state === 'closed' && !row.m.consecutive && !row.m.override) return;
+    if (row.m.state === 'closed' && !row.m.consecutive && !row.m.override && !row.m.shadow && !row.m.fleet.any) return;
     row.policyAsked = true;
     state.policyQueue.push(row.m.key);
     pumpPolicies();
@@ -431,7 +491,8 @@
 
   function matches(m, f) {
     if (!f) return true;
-    const hay = [m.tenant, m.label, m.hex, m.state, m.cause, m.outcome, m.code, m.override, String(m.status || '')].join(' ').toLowerCase();
+    const hay = [m.tenant, m.label, m.hex, m.state, m.cause, m.outcome, m.code, m.override, String(m.status || ''),
+      m.shadow ? 'shadow' : '', m.fleet.prob > 0 ? 'throttled' : ''].join(' ').toLowerCase();
     return f.split(/\s+/).every((w) => hay.includes(w));
   }
 
@@ -450,7 +511,7 @@
     if (m.override) s = 3000;
     else if (m.state === 'open') s = (CAUSE_RANK[m.cause] ?? 5) * 100;
     else if (m.state === 'half-open') s = 1000;
-    else if (m.consecutive || m.fail) s = 4000 - Math.min(m.consecutive, 99) * 10;
+    else if (m.consecutive || m.fail || m.fleet.prob > 0) s = 4000 - Math.min(m.consecutive, 99) * 10;
     else s = 5000;
     return s;
   }
@@ -500,8 +561,14 @@
 
   function badge(m) {
     const b = el('span', { class: 'badge st-' + m.state, text: m.state });
-    if (!m.override) return b;
-    return el('span', { class: 'stack' }, b, el('span', { class: 'tag', text: 'forced', title: 'operator override: ' + m.override }));
+    if (!m.override && !m.shadow) return b;
+    const st = el('span', { class: 'stack' }, b);
+    if (m.override) st.append(el('span', { class: 'tag', text: 'forced', title: 'operator override: ' + m.override }));
+    if (m.shadow) {
+      st.append(el('span', { class: 'tag shadow', text: 'shadow',
+        title: 'shadow mode: the policy’s decisions and transitions are computed and published, not enforced' }));
+    }
+    return st;
   }
 
   function fillRow(row) {
@@ -852,6 +919,7 @@
     field(dl, 'Override', m.override ? m.override + (m.overrideUntil ? ' until ' + fmtTime(m.overrideUntil) : ' until changed') : 'none');
     field(dl, 'Last change', m.changed ? fmtTime(m.changed) : '—');
     field(dl, 'Last report at', m.updated ? fmtTime(m.updated) : '—');
+    if (m.shadow) field(dl, 'Shadow', m.override ? 'yes: the policy is not enforced; the override is' : 'yes: this state is not enforced, calls are allowed');
     // The buttons are rebuilt only when they change, never under the
     // pointer: the view refreshes with every re-read.
     const acts = $('detail-actions');
@@ -866,9 +934,29 @@
       }
     }
     for (const btn of acts.querySelectorAll('button')) btn.disabled = state.offline;
+    fillFleet(row);
     fillPolicy(row);
     fillTimeline(row);
     tickDetail();
+  }
+
+  // fillFleet shows ConnectionState.fleet when any count is non-zero.
+  function fillFleet(row) {
+    const f = row.m.fleet, p = row.policy;
+    const dl = $('detail-fleet');
+    dl.replaceChildren();
+    $('detail-fleet-wrap').hidden = !f.any;
+    if (!f.any) return;
+    const win = p && durMs(p.fleetWindow) > 0 ? fmtSpan(durMs(p.fleetWindow)) : '';
+    $('detail-fleet-title').textContent = 'Fleet counts' + (win ? ' (last ' + win + ', every process)' : ' (every process)');
+    field(dl, 'First attempts', num(f.first));
+    const b = budgetOf(row);
+    field(dl, 'Retries', num(f.retries) + (b ? ' of ' + num(b.allowed) + ' allowed' + (b.spent ? ': budget spent, retries denied (retry_budget)' : '') : ''));
+    field(dl, 'Requests', num(f.requests));
+    field(dl, 'Accepts', num(f.accepts));
+    field(dl, 'Throttle probability', pct(f.prob) + (f.prob > 0 ? (row.m.state === 'closed' && !row.m.override ? ' of calls denied (throttled)' : ' (applies once closed)') : ''));
+    const q = p ? p.tripQuorum || 0 : 0;
+    field(dl, 'Failure reporters', num(f.reporters) + (q > 1 ? ' of ' + q + ' to trip' : ''));
   }
 
   function badgeText(m) {
@@ -894,6 +982,13 @@
     field(dl, 'Quota block', d(p.quotaBlock));
     field(dl, 'Auth block', d(p.authBlock));
     field(dl, 'Probes', (p.maxProbes || 1) + ' at once, lease ' + d(p.leaseTtl));
+    const budget = p.retryBudget || 0, k = p.throttleK || 0, q = p.tripQuorum || 0;
+    field(dl, 'Retry budget', budget > 0 ? pct(budget) + ' of first attempts' : 'off');
+    field(dl, 'Retry budget min', budget > 0 ? (p.retryBudgetMin || 0) + ' retries/s' : 'off');
+    field(dl, 'Throttle K', k > 0 ? k + ': rejects max(0, (requests − ' + k + '·accepts) / (requests + 1)) while closed' : 'off');
+    field(dl, 'Trip quorum', q > 1 ? q + ' distinct reporters' : 'off (any one reporter)');
+    field(dl, 'Fleet window', d(p.fleetWindow) + (d(p.fleetWindow) !== 'off' && !(budget > 0 || k > 0 || q > 1) ? ' (no fleet rule on)' : ''));
+    field(dl, 'Shadow', p.shadow ? 'on: computed and published, not enforced' : 'off');
   }
 
   const SVGNS = 'http://www.w3.org/2000/svg';
@@ -957,7 +1052,8 @@
       case 'transition':
         return ev.from + ' → ' + ev.to + (ev.cause ? ' (' + ev.cause + ')' : '') +
           (ev.to === 'open' && ev.status ? ' after a ' + ev.status + (ev.outcome ? ' ' + ev.outcome : '') : '') +
-          (ev.actor ? ' by ' + ev.actor + (ev.reason ? ': ' + ev.reason : '') : '');
+          (ev.actor ? ' by ' + ev.actor + (ev.reason ? ': ' + ev.reason : '') : '') +
+          (ev.shadow ? ' [shadow: not enforced]' : '');
       case 'counts':
         return (ev.ok ? '+' + ev.ok + ' ok' : '') + (ev.ok && ev.fail ? ', ' : '') +
           (ev.fail ? '+' + ev.fail + ' failed (last: ' + [ev.status || '', ev.outcome].filter(Boolean).join(' ') + ')' : '');
@@ -993,7 +1089,7 @@
         el('td', { class: 'mono', text: fmtTime(tsMs(t.time)) }),
         el('td', {}, el('span', { class: 'badge st-' + stateName(t.from), text: stateName(t.from) }), ' → ',
           el('span', { class: 'badge st-' + stateName(t.to), text: stateName(t.to) })),
-        el('td', { text: enumName(t.cause, 'CAUSE_') || '—' }),
+        el('td', {}, enumName(t.cause, 'CAUSE_') || '—', t.shadow ? el('span', { class: 'tag shadow', text: 'shadow', title: 'computed, not enforced' }) : null),
         el('td', { class: 'num', text: String(Number(t.revision || 0)) }),
         el('td', { text: [t.actor, t.reason].filter(Boolean).join(': ') || '—' })));
       if (!rows.length) rows.push(el('tr', {}, el('td', { colspan: '5', class: 'dim', text: 'No transitions recorded.' })));
