@@ -90,6 +90,7 @@ func admitProto(idx int, ds []store.Decision) *cooldownv1.AdmitResponse {
 	out.Revision = d.Revision
 	out.State = cooldownv1.State(d.Phase)
 	out.ServerTime = timestamppb.New(d.Now)
+	out.ThrottleProbability = d.ThrottleProbability
 	if d.Shadowed != breaker.ReasonNone {
 		out.ShadowDenyReason = cooldownv1.DenyReason(d.Shadowed)
 		out.ShadowRetryAfter = dur(d.ShadowRetryAfter)
@@ -110,7 +111,7 @@ func admitProto(idx int, ds []store.Decision) *cooldownv1.AdmitResponse {
 func reportProto(res store.ReportResult) *cooldownv1.ReportResponse {
 	return &cooldownv1.ReportResponse{
 		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
-		ServerTime: timestamppb.New(res.Now),
+		ServerTime: timestamppb.New(res.Now), ThrottleProbability: res.ThrottleProbability,
 	}
 }
 

@@ -157,7 +157,7 @@ func TestAdmitProtoShadow(t *testing.T) {
 	ds := []store.Decision{
 		{Verdict: breaker.Verdict{Decision: breaker.Deny, Reason: breaker.ReasonRetryBudget, RetryAfter: 400, Revision: 3, Phase: breaker.Closed}, Now: now},
 		{Verdict: breaker.Verdict{Decision: breaker.Allow, Revision: 9, Phase: breaker.Open,
-			Shadowed: breaker.ReasonCooldown, ShadowRetryAfter: 2500}, Now: now},
+			Shadowed: breaker.ReasonCooldown, ShadowRetryAfter: 2500}, Now: now, ThrottleProbability: 0.25},
 	}
 	out := admitProto(1, ds)
 	assert.Equal(t, uint32(1), out.GetCandidateIndex())
@@ -167,6 +167,7 @@ func TestAdmitProtoShadow(t *testing.T) {
 	assert.Equal(t, cooldownv1.DenyReason_DENY_REASON_COOLDOWN, out.GetShadowDenyReason())
 	assert.Equal(t, 2500*time.Millisecond, out.GetShadowRetryAfter().AsDuration())
 	assert.Equal(t, cooldownv1.State_STATE_OPEN, out.GetState())
+	assert.Equal(t, 0.25, out.GetThrottleProbability(), "the chosen candidate's")
 	require.Len(t, out.GetCandidates(), 2)
 	assert.Equal(t, cooldownv1.DenyReason_DENY_REASON_RETRY_BUDGET, out.GetCandidates()[0].GetDenyReason())
 	assert.Equal(t, cooldownv1.DenyReason_DENY_REASON_UNSPECIFIED, out.GetCandidates()[0].GetShadowDenyReason())
@@ -221,6 +222,16 @@ func TestStateProtoFleet(t *testing.T) {
 	require.NotNil(t, empty.GetFleet())
 	assert.Zero(t, empty.GetFleet().GetRequests())
 	assert.Zero(t, empty.GetFleet().GetThrottleProbability())
+}
+
+func TestReportProtoThrottle(t *testing.T) {
+	t.Parallel()
+	res := store.ReportResult{ReportResult: breaker.ReportResult{Accepted: true}, Revision: 4, Phase: breaker.Closed,
+		Now: time.UnixMilli(1), ThrottleProbability: 0.6}
+	out := reportProto(res)
+	assert.Equal(t, 0.6, out.GetThrottleProbability())
+	assert.True(t, out.GetAccepted())
+	assert.Equal(t, uint64(4), out.GetRevision())
 }
 
 func TestTransitionProtoShadow(t *testing.T) {
