@@ -1277,9 +1277,10 @@ type AdmitResponse struct {
 	ShadowDenyReason DenyReason `protobuf:"varint,12,opt,name=shadow_deny_reason,json=shadowDenyReason,proto3,enum=cooldown.v1.DenyReason" json:"shadow_deny_reason,omitempty"`
 	// With shadow_deny_reason: the retry_after it would have given.
 	ShadowRetryAfter *durationpb.Duration `protobuf:"bytes,13,opt,name=shadow_retry_after,json=shadowRetryAfter,proto3" json:"shadow_retry_after,omitempty"`
-	// The chosen candidate's adaptive-throttle rejection probability after
-	// this decision (0 when its throttle is off or it is healthy). A client
-	// that admits calls on its own (a mirror) must not while it is above 0.
+	// The chosen candidate's adaptive-throttle rejection probability in
+	// effect after this decision: 0 unless its throttle is on and it is
+	// closed with no override and rejecting. A client that admits calls on
+	// its own (a mirror) must not while it is above 0.
 	ThrottleProbability float64 `protobuf:"fixed64,14,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
@@ -1651,8 +1652,8 @@ type ReportResponse struct {
 	Changed bool `protobuf:"varint,4,opt,name=changed,proto3" json:"changed,omitempty"`
 	// The server's clock (Redis TIME) when the report was applied.
 	ServerTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
-	// The connection's adaptive-throttle rejection probability after the
-	// report (0 when its throttle is off or it is healthy).
+	// The connection's adaptive-throttle rejection probability in effect
+	// after the report (as AdmitResponse.throttle_probability).
 	ThrottleProbability float64 `protobuf:"fixed64,6,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache

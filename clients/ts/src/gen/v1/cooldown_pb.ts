@@ -660,9 +660,10 @@ export type AdmitResponse = Message<"cooldown.v1.AdmitResponse"> & {
   shadowRetryAfter?: Duration | undefined;
 
   /**
-   * The chosen candidate's adaptive-throttle rejection probability after
-   * this decision (0 when its throttle is off or it is healthy). A client
-   * that admits calls on its own (a mirror) must not while it is above 0.
+   * The chosen candidate's adaptive-throttle rejection probability in
+   * effect after this decision: 0 unless its throttle is on and it is
+   * closed with no override and rejecting. A client that admits calls on
+   * its own (a mirror) must not while it is above 0.
    *
    * @generated from field: double throttle_probability = 14;
    */
@@ -865,8 +866,8 @@ export type ReportResponse = Message<"cooldown.v1.ReportResponse"> & {
   serverTime?: Timestamp | undefined;
 
   /**
-   * The connection's adaptive-throttle rejection probability after the
-   * report (0 when its throttle is off or it is healthy).
+   * The connection's adaptive-throttle rejection probability in effect
+   * after the report (as AdmitResponse.throttle_probability).
    *
    * @generated from field: double throttle_probability = 6;
    */
