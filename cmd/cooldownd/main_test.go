@@ -42,6 +42,12 @@ type instance struct {
 // if it does not within 10 s or exits first.
 func start(t *testing.T, args ...string) *instance {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv is start with the COOLDOWND_* variables of env.
+func startEnv(t *testing.T, env map[string]string, args ...string) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{logs: &syncBuffer{}, cancel: cancel, done: make(chan error, 1)}
 	ready := make(chan string, 1)
@@ -49,7 +55,7 @@ func start(t *testing.T, args ...string) *instance {
 	// timeouts, on a loaded machine. A test's own --redis-timeout, later
 	// on the command line, wins.
 	args = append([]string{"--redis-timeout", "5s"}, args...)
-	go func() { in.done <- run(ctx, args, envOf(nil), io.Discard, in.logs, ready) }()
+	go func() { in.done <- run(ctx, args, envOf(env), io.Discard, in.logs, ready) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
