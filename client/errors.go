@@ -24,7 +24,9 @@ var (
 // DeniedError is returned by the guards when no candidate may be called
 // now and waiting is not an option: the denial's retry-after would take the
 // wait past the max wait (see [WithMaxWait]) or the context's deadline,
-// [WithNoWait] is set, or cooldownd is unreachable and the client fails
+// [WithNoWait] is set, the denial is not a wait for the connection (a retry
+// over the fleet's retry budget, [ReasonRetryBudget], or a throttled call,
+// [ReasonThrottled]), or cooldownd is unreachable and the client fails
 // closed. It matches [ErrDenied] with [errors.Is].
 type DeniedError struct {
 	// Conn is the denied candidate (the one available soonest).
