@@ -429,14 +429,15 @@ func parseFullID(s string) ([]byte, bool) {
 }
 
 // severity ranks a connection for list: open first (longest left first),
-// then half-open, then closed ones with recent failures, then the rest.
+// then half-open, then closed ones with recent failures or a throttle
+// rejecting calls, then the rest.
 func severity(c *cooldownv1.ConnectionState) int {
 	switch {
 	case c.GetState() == cooldownv1.State_STATE_OPEN:
 		return 0
 	case c.GetState() == cooldownv1.State_STATE_HALF_OPEN:
 		return 1
-	case c.GetRecentFailures() > 0 || c.GetConsecutiveFailures() > 0:
+	case c.GetRecentFailures() > 0 || c.GetConsecutiveFailures() > 0 || c.GetFleet().GetThrottleProbability() > 0:
 		return 2
 	}
 	return 3

@@ -140,6 +140,9 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 	require.NoError(t, r.err, r.stderr)
 	assert.Regexp(t, `openai gpt-4o\s+open \[shadow\]\s+rate_limit\s`, lineWith(t, r.stdout, hex.EncodeToString(shadow)[:8]))
 	assert.Regexp(t, `anthropic claude\s+closed\s+-`, lineWith(t, r.stdout, hex.EncodeToString(fleet)[:8]))
+	at := func(id []byte) int { return strings.Index(r.stdout, hex.EncodeToString(id)[:8]) }
+	assert.Less(t, at(shadow), at(fleet), "open first")
+	assert.Less(t, at(fleet), min(at(plain), at(quiet)), "a throttle rejecting calls before the healthy")
 
 	r = s.ctl(t, viewer(), "get", hex.EncodeToString(shadow))
 	require.NoError(t, r.err, r.stderr)

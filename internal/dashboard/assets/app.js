@@ -386,14 +386,13 @@
   // retry_budget, closed and half-open).
   function fleetWhy(row) {
     const m = row.m, f = m.fleet, out = [];
-    const denied = m.shadow ? 'would be denied (shadow)' : 'denied';
     if (f.prob > 0 && m.state === 'closed' && !m.override) {
-      out.push('throttling ' + pct(f.prob) + ' of calls (' + denied + ': throttled)');
+      out.push((m.shadow ? 'would throttle ' : 'throttling ') + pct(f.prob) + ' of calls (' + (m.shadow ? '' : 'denied: ') + 'throttled)');
     }
     const b = budgetOf(row);
     if (b && b.spent && m.state !== 'open' && !m.override) {
       out.push('retry budget spent (' + num(f.retries) + ' of ' + num(b.allowed) + ' retries over ' + fmtSpan(b.win) +
-        '): retries ' + denied + ' (retry_budget), callers fall back');
+        '): retries ' + (m.shadow ? 'would be denied (retry_budget)' : 'denied (retry_budget), callers fall back'));
     }
     return out.join('; ');
   }
