@@ -169,3 +169,50 @@ func ExampleClient_RoundTripper() {
 	// Output:
 	// 200 OK after 2 calls
 }
+
+// AdmitAttempt drives retries by hand: each Admit names the connections
+// the call was already sent to, so cooldownd charges a retry to the
+// connection's fleet retry budget, and Report passes Admission.Retry on.
+// A retry over the budget is denied with ReasonRetryBudget: fall back or
+// give up then, do not wait.
+func ExampleClient_AdmitAttempt() {
+	e := startExample(http.StatusBadGateway)
+	if e == nil {
+		return
+	}
+	defer e.close()
+	c, ctx := e.client, context.Background()
+	var sent []client.Conn
+	for attempt := 1; attempt <= 3; attempt++ {
+		a, err := c.AdmitAttempt(ctx, client.Attempt{Candidates: []client.Conn{e.conn}, Sent: sent})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if !a.Allowed() {
+			fmt.Println("denied:", a.Reason)
+			return
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.provider.URL, strings.NewReader(`{}`))
+		resp, err := http.DefaultClient.Do(req)
+		var body []byte
+		if err == nil && resp.StatusCode/100 != 2 {
+			body, _ = client.ReadErrorBody(ctx, resp, 64<<10)
+		}
+		cl := client.Classify(client.DefaultRules(), resp, body, err, ctx.Err())
+		if err := c.Report(ctx, a, cl); err != nil {
+			fmt.Println(err)
+		}
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		fmt.Printf("attempt %d: retry %t, %s\n", attempt, a.Retry, cl.Outcome)
+		if !cl.Retryable {
+			return
+		}
+		sent = append(sent, a.Conn)
+	}
+	// Output:
+	// attempt 1: retry false, transient_failure
+	// attempt 2: retry true, success
+}
