@@ -222,10 +222,12 @@ func fleetRulesAt(t *testing.T, width int64) {
 		shadow: map[string]bool{hx(shadowOpen): true, hx(shadowLive): true},
 		fleet: map[string]*cooldownv1.FleetCounts{
 			hx(throttled): {FirstAttempts: 120, Retries: 25, Requests: 140, Accepts: 30, ThrottleProbability: 0.352, FailureReporters: 1},
-			hx(quiet):     {}, // as with every fleet rule off: no counts kept
+			hx(quiet):      {}, // as with every fleet rule off: no counts kept
+			hx(shadowLive): {Requests: 10, ThrottleProbability: 0.5},
 		},
 		policy: map[string]func(p *cooldownv1.Policy){
-			hx(shadowOpen): shadowPolicy, hx(shadowLive): shadowPolicy,
+			hx(shadowOpen): shadowPolicy,
+			hx(shadowLive): func(p *cooldownv1.Policy) { p.Shadow, p.ThrottleK = true, 2 },
 			hx(throttled): func(p *cooldownv1.Policy) {
 				p.RetryBudget, p.RetryBudgetMin, p.ThrottleK, p.TripQuorum = 0.2, 0, 2, 2
 				p.FleetWindow = durationpb.New(30 * time.Second)
@@ -250,8 +252,8 @@ func fleetRulesAt(t *testing.T, width int64) {
 	assert.Empty(t, eval[string](t, ctx, shadowTag(plain)))
 	waitFor(t, ctx, "the shadow row says it is not enforced",
 		text(rowSel(shadowOpen)+` .c-why .why-text`)+` === 'Retry-After 10m from a 429 — shadow: not enforced, calls are allowed'`)
-	waitFor(t, ctx, "the closed shadow row says its denials are not enforced",
-		text(rowSel(shadowLive)+` .c-why .why-text`)+` === 'shadow: the policy’s denials are not enforced'`)
+	waitFor(t, ctx, "the closed shadow row says what it would throttle, not enforced",
+		text(rowSel(shadowLive)+` .c-why .why-text`)+` === 'would throttle 50 % of calls (throttled) — shadow: the policy’s denials are not enforced'`)
 	// max(0/s × 30 s, 20 % × 120) = 24 retries allowed; 25 are spent.
 	waitFor(t, ctx, "the throttled row names the fleet rules that deny",
 		text(rowSel(throttled)+` .c-why .why-text`)+` === 'throttling 35.2 % of calls (denied: throttled); retry budget spent (25 of 24 retries over 30s): retries denied (retry_budget), callers fall back'`)
@@ -264,6 +266,8 @@ func fleetRulesAt(t *testing.T, width int64) {
 	noOverflow(t, ctx, "the table with shadow tags and fleet whys")
 	act(t, ctx, chromedp.SendKeys(chromedp.ID("filter"), "shadow"))
 	waitFor(t, ctx, "the filter finds the shadow rows", `document.querySelectorAll('#rows tr').length === 2`)
+	eval[bool](t, ctx, `(document.getElementById('filter').value = 'throttled', document.getElementById('filter').dispatchEvent(new Event('input')), true)`)
+	waitFor(t, ctx, "the filter finds the throttling rows", `document.querySelectorAll('#rows tr').length === 2 && !!document.querySelector('`+rowSel(throttled)+`') && !!document.querySelector('`+rowSel(shadowLive)+`')`)
 	eval[bool](t, ctx, `(document.getElementById('filter').value = '', document.getElementById('filter').dispatchEvent(new Event('input')), true)`)
 	waitFor(t, ctx, "every row again", `document.querySelectorAll('#rows tr').length === 5`)
 
@@ -340,6 +344,7 @@ func fleetRulesAt(t *testing.T, width int64) {
 	waitFor(t, ctx, "its why says not enforced", text(rowSel(shadowLive)+` .c-why .why-text`)+`.endsWith('— shadow: not enforced, calls are allowed')`)
 	openRow(t, ctx, shadowLive)
 	waitFor(t, ctx, "the live shadow transition in the timeline", `document.getElementById('detail').open && document.getElementById('detail-events').innerText.includes('closed → open (overload) after a 529 overloaded [shadow: not enforced]')`)
+	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fleet').innerText`), "Throttle probability\n50 % (applies once closed)")
 	noOverflow(t, ctx, "the live shadow detail view")
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
 	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)

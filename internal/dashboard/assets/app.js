@@ -950,10 +950,11 @@
     $('detail-fleet-title').textContent = 'Fleet counts' + (win ? ' (last ' + win + ', every process)' : ' (every process)');
     field(dl, 'First attempts', num(f.first));
     const b = budgetOf(row);
-    field(dl, 'Retries', num(f.retries) + (b ? ' of ' + num(b.allowed) + ' allowed' + (b.spent ? ': budget spent, retries denied (retry_budget)' : '') : ''));
+    const denied = row.m.shadow ? 'would be denied' : 'denied';
+    field(dl, 'Retries', num(f.retries) + (b ? ' of ' + num(b.allowed) + ' allowed' + (b.spent ? ': budget spent, retries ' + denied + ' (retry_budget)' : '') : ''));
     field(dl, 'Requests', num(f.requests));
     field(dl, 'Accepts', num(f.accepts));
-    field(dl, 'Throttle probability', pct(f.prob) + (f.prob > 0 ? (row.m.state === 'closed' && !row.m.override ? ' of calls denied (throttled)' : ' (applies once closed)') : ''));
+    field(dl, 'Throttle probability', pct(f.prob) + (f.prob > 0 ? (row.m.state === 'closed' && !row.m.override ? ' of calls ' + denied + ' (throttled)' : ' (applies once closed)') : ''));
     const q = p ? p.tripQuorum || 0 : 0;
     field(dl, 'Failure reporters', num(f.reporters) + (q > 1 ? ' of ' + q + ' to trip' : ''));
   }
