@@ -251,7 +251,8 @@ func TestRetryBudgetProperty(t *testing.T) {
 
 // TestThrottleProperty: during the incident the provider may receive at
 // most K × what it accepted plus (K − 1) × the accepts the window carried
-// in from before the incident, plus one request per window.
+// in from before the incident, plus one request per window, plus 3
+// standard deviations of the draws.
 func TestThrottleProperty(t *testing.T) {
 	t.Parallel()
 	t0 := time.Unix(100, 0)
@@ -262,15 +263,15 @@ func TestThrottleProperty(t *testing.T) {
 	history := func(requests int) []fakeprovider.Arrival {
 		var arr []fakeprovider.Arrival
 		// Before the incident: 10 accepted long before (left the window),
-		// 5 in the last 2 windows (carried in).
+		// 14 in the last 2 windows (carried in).
 		for i := range 10 {
 			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(time.Duration(i) * 10 * time.Millisecond), Status: 200})
 		}
-		for i := range 5 {
-			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(900*time.Millisecond + time.Duration(i)*10*time.Millisecond), Status: 200})
+		for i := range 14 {
+			arr = append(arr, fakeprovider.Arrival{Key: worker.KeyPrimary, At: at(900*time.Millisecond + time.Duration(i)*5*time.Millisecond), Status: 200})
 		}
-		// The incident, 10 windows: 20 accepted, the rest failed. Bound
-		// 2 × 20 + 5 + 10 = 55.
+		// The incident, 10 windows: 20 accepted, the rest failed. Expected
+		// 2 × 20 + 5 + 10 = 64, spread 3 × √64 = 24: bound 88.
 		for i := range requests {
 			st := 500
 			if i < 20 {
@@ -289,9 +290,9 @@ func TestThrottleProperty(t *testing.T) {
 		requests int
 		want     int
 	}{
-		{name: "within", strategy: worker.Cooldownd, requests: 55},
-		{name: "over", strategy: worker.Cooldownd, requests: 60, want: 5},
-		{name: "no coordination is judged by the same K", strategy: worker.NoCoordination, requests: 100, want: 45},
+		{name: "within", strategy: worker.Cooldownd, requests: 88},
+		{name: "over", strategy: worker.Cooldownd, requests: 93, want: 5},
+		{name: "no coordination is judged by the same K", strategy: worker.NoCoordination, requests: 150, want: 62},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,9 +307,10 @@ func TestThrottleProperty(t *testing.T) {
 			f := r.Throttle()
 			assert.Equal(t, tt.requests, f.Requests)
 			assert.Equal(t, 20, f.Accepts)
-			assert.Equal(t, 5, f.Carried)
+			assert.Equal(t, 14, f.Carried)
 			assert.InDelta(t, 10, f.Windows, 1e-9)
-			assert.InDelta(t, 55, f.Bound(), 1e-9)
+			assert.InDelta(t, 64, f.Expected(), 1e-9)
+			assert.InDelta(t, 88, f.Bound(), 1e-9)
 			assert.Equal(t, 3, f.Rejected)
 		})
 	}

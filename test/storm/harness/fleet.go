@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -110,14 +111,23 @@ type ThrottleFigures struct {
 	Rejected int
 }
 
-// Bound is the most requests the throttle lets reach the provider: K ×
-// what it accepted, plus (K − 1) × the accepts the window carried in,
-// plus one request per window. A window of R requests and A accepts sends
+// Expected is what the throttle lets reach the provider: K × what it
+// accepted, plus (K − 1) × the accepts the window carried in, plus one
+// request per window. A window of R requests and A accepts sends
 // (1 − p)·R = (K·A + 1)·R/(R + 1) of them: the formula's + 1 lets one
 // more through per window.
-func (t ThrottleFigures) Bound() float64 {
+func (t ThrottleFigures) Expected() float64 {
 	return t.K*float64(t.Accepts) + (t.K-1)*float64(t.Carried) + t.Windows
 }
+
+// Spread is the slack for the throttle's draws: each call goes with
+// probability 1 − p, so the requests sent are a sum of independent draws
+// whose standard deviation is at most √Expected; 3 of them.
+func (t ThrottleFigures) Spread() float64 { return 3 * math.Sqrt(t.Expected()) }
+
+// Bound is the most requests the throttle lets reach the provider,
+// Expected plus Spread.
+func (t ThrottleFigures) Bound() float64 { return t.Expected() + t.Spread() }
 
 // Throttle computes the throttle figures of r.
 func (r *Result) Throttle() ThrottleFigures {
@@ -314,8 +324,8 @@ func (r *Result) RuleSummary() string {
 			st, b.Retries, fmtDur(b.Span), b.FirstAttempts, b.Fleet, b.Slack, b.Bound(), b.PerProcess, b.Denied, b.RetryAdmits)
 	case RuleThrottle:
 		t := r.Throttle()
-		return fmt.Sprintf("%s: the provider received %d requests during the incident and accepted %d (%.0f%% failed); bound K × accepted + (K − 1) × %d carried in + %.0f windows = %.0f; %d THROTTLED denials",
-			st, t.Requests, t.Accepts, pct(t.Requests-t.Accepts, t.Requests), t.Carried, t.Windows, t.Bound(), t.Rejected)
+		return fmt.Sprintf("%s: the provider received %d requests during the incident and accepted %d (%.0f%% failed); K × accepted + (K − 1) × %d carried in + %.0f windows = %.0f, + %.0f for the draws' spread = %.0f; %d THROTTLED denials",
+			st, t.Requests, t.Accepts, pct(t.Requests-t.Accepts, t.Requests), t.Carried, t.Windows, t.Expected(), t.Spread(), t.Bound(), t.Rejected)
 	case RuleQuorum, RuleQuorumOff:
 		q := r.Quorum()
 		return fmt.Sprintf("%s: the broken worker had %d failed requests; the healthy workers made %d calls, %d failed, %d denials; "+
