@@ -67,6 +67,7 @@ func newObserver() *observer {
 	return &observer{next: &http.Client{Transport: &http.Transport{
 		DialContext: (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		Protocols:   &p, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute,
+		DisableCompression: true, // no transparent gzip: the answers come as sent
 	}}}
 }
 
