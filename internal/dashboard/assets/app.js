@@ -443,10 +443,13 @@
   }
 
   // wantPolicy queues a GetConnection for the effective policy of a row that
-  // needs explaining (not closed, or failing), once.
+  // needs explaining (not closed, failing, retrying or throttled: the
+  // retry budget's allowance comes from the policy), once. First attempts
+  // alone need none: nearly every connection has them.
   function wantPolicy(row) {
     if (!row || row.policy || row.policyAsked) return;
-    if (row.m.state === 'closed' && !row.m.consecutive && !row.m.override && !row.m.shadow && !row.m.fleet.any) return;
+    const m = row.m;
+    if (m.state === 'closed' && !m.consecutive && !m.override && !(m.fleet.retries > 0) && !(m.fleet.prob > 0)) return;
     row.policyAsked = true;
     state.policyQueue.push(row.m.key);
     pumpPolicies();
