@@ -310,7 +310,10 @@ func TestBinary(t *testing.T) {
 	})
 	t.Run("sigterm", func(t *testing.T) {
 		addr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
-		cmd := exec.Command(bin, "--addr", addr)
+		// A generous store timeout, as start gives: this is about the
+		// binary's start and stop, not about timeouts, on a loaded machine
+		// (the default 200ms was seen to lapse under -race).
+		cmd := exec.Command(bin, "--addr", addr, "--redis-timeout", "5s")
 		cmd.Env = env
 		logs := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs
