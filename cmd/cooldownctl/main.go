@@ -77,7 +77,8 @@ Commands:
   list [--state S] [--sort severity|id] [--limit N]
                                list the connections, most severe first (open, then half-open,
                                then closed with failures)
-  get <id>                     show one connection, its policy and its recent transitions
+  get <id>                     show one connection (shadow mode, fleet counts), its policy and its
+                               recent transitions
   watch                        stream state changes as they happen (Ctrl-C stops)
   reset <id> --reason TEXT     reset a connection to closed (admin)
   force <id> open|closed|clear [--for 10m] --reason TEXT
