@@ -55,6 +55,10 @@ type mirror struct {
 	c        *Client
 	interval time.Duration
 	wg       sync.WaitGroup
+	// sending is held by a flush from taking the batches until they are
+	// sent, so that a Flush that finds them taken by the ticker waits for
+	// them to be delivered.
+	sending sync.Mutex
 
 	mu      sync.Mutex
 	live    bool   // the watch stream is subscribed
@@ -303,6 +307,8 @@ func (m *mirror) flushLoop() {
 // queue. An answer with a throttle above 0 stops the connection's local
 // admits.
 func (m *mirror) flush(ctx context.Context) {
+	m.sending.Lock()
+	defer m.sending.Unlock()
 	m.mu.Lock()
 	batch, labels := m.batch, m.labels
 	m.batch, m.labels = map[batchKey]int64{}, map[ID]Conn{}
