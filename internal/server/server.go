@@ -45,7 +45,9 @@ type Options struct {
 	StreamWriteTimeout time.Duration
 	// PolicyFor returns the breaker policy of a tenant's connection by its
 	// label, as the store applies it (store.Options.PolicyFor); it is shown
-	// in GetConnection. Nil: the store's policy of the tenant.
+	// in GetConnection, and every state and transition on the wire reads
+	// its shadow mark and fleet counts through it. Nil: the store's policy
+	// of the tenant.
 	PolicyFor func(tenant, label string) breaker.Policy
 	// MetricsToken, when set, is the bearer token /metrics requires.
 	MetricsToken string
