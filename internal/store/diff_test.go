@@ -69,7 +69,12 @@ type world struct {
 	now    int64
 	nonce  string
 	jitter int64
-	draw   int64
+	// draws are the throttle's draws of a step's Admit, one per
+	// candidate in order; drawn counts the store's calls for one, so that
+	// a second draw for a candidate (in a later round) would be another
+	// value than the model's.
+	draws [3]int64
+	drawn int
 	conns  []store.Conn
 	model  []*breaker.State
 	events [][]breaker.Event
@@ -81,7 +86,7 @@ func newWorld(t require.TestingT, rdb redis.UniversalClient, mini *miniredis.Min
 	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b9)), rdb: rdb, mini: mini, policy: policy, seen: seen}
 	w.now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC).UnixMilli() + int64(seed%1000)*10_000
 	opts := store.Options{Policy: &w.policy, Nonce: func() string { return w.nonce }, Jitter: func() int64 { return w.jitter },
-		Draw: func() int64 { return w.draw }}
+		Draw: func() int64 { d := w.draws[w.drawn%len(w.draws)]; w.drawn++; return d }}
 	if mini == nil {
 		opts.Clock = func() time.Time { return time.UnixMilli(w.now) }
 	} else {
@@ -117,7 +122,10 @@ func (w *world) step(ctx context.Context, k int) string {
 	c, m := w.conns[i], w.model[i]
 	w.nonce = "n" + strconv.Itoa(k)
 	w.jitter = w.rng.Int64N(1_000_000)
-	w.draw = w.rng.Int64N(1_000_000)
+	for j := range w.draws {
+		w.draws[j] = w.rng.Int64N(1_000_000)
+	}
+	w.drawn = 0
 	switch op := w.rng.IntN(100); {
 	case op < 8:
 		return w.admitFirst(ctx)
@@ -125,9 +133,9 @@ func (w *world) step(ctx context.Context, k int) string {
 		c.Retry = w.rng.IntN(3) == 0
 		got, err := w.st.Admit(ctx, c)
 		require.NoError(w.t, err)
-		want, evs := m.Admit(w.policy, w.now, w.attempt(c))
+		want, evs := m.Admit(w.policy, w.now, w.attempt(c, 0))
 		w.events[i] = append(w.events[i], evs...)
-		desc := fmt.Sprintf("admit %d retry %v draw %d → %+v", i, c.Retry, w.draw, want)
+		desc := fmt.Sprintf("admit %d retry %v draw %d → %+v", i, c.Retry, w.draws[0], want)
 		require.Equal(w.t, shapes(evs), shapes(got.Events), desc)
 		w.sameVerdict(want, got, m, desc)
 		if want.Decision == breaker.Deny {
@@ -232,10 +240,10 @@ func (w *world) admitFirst(ctx context.Context) string {
 	wantIdx := 0
 	var want []breaker.Verdict
 	for j, i := range order {
-		v, evs := w.model[i].Admit(w.policy, w.now, w.attempt(cands[j]))
+		v, evs := w.model[i].Admit(w.policy, w.now, w.attempt(cands[j], j))
 		w.events[i] = append(w.events[i], evs...)
 		want = append(want, v)
-		desc := fmt.Sprintf("admit first %v: candidate %d retry %v draw %d → %+v", order, j, cands[j].Retry, w.draw, v)
+		desc := fmt.Sprintf("admit first %v: candidate %d retry %v draw %d → %+v", order, j, cands[j].Retry, w.draws[j], v)
 		require.Greater(w.t, len(got), j, desc)
 		require.Equal(w.t, shapes(evs), shapes(got[j].Events), desc)
 		w.sameVerdict(v, got[j], w.model[i], desc)
@@ -257,10 +265,10 @@ func (w *world) admitFirst(ctx context.Context) string {
 	return desc
 }
 
-// attempt is the model's Attempt for an Admit of c at this step (the
-// store's nonce and draw).
-func (w *world) attempt(c store.Conn) breaker.Attempt {
-	return breaker.Attempt{Nonce: w.nonce, Retry: c.Retry, Draw: float64(w.draw) / 1e6}
+// attempt is the model's Attempt for an Admit of c, the j-th candidate,
+// at this step (the store's nonce and the candidate's draw).
+func (w *world) attempt(c store.Conn, j int) breaker.Attempt {
+	return breaker.Attempt{Nonce: w.nonce, Retry: c.Retry, Draw: float64(w.draws[j]) / 1e6}
 }
 
 // throttle is the throttle probability in effect that the store reports

@@ -71,12 +71,19 @@ func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, 
 	if len(cands) == 0 {
 		return 0, nil, nil
 	}
+	// One throttle draw per candidate per Admit, whatever the rounds: a
+	// peek that leaves a candidate undecided must not give it a second
+	// draw in the next round.
+	draws := make([]int64, len(cands))
+	for i := range draws {
+		draws[i] = s.draw()
+	}
 	var out []admitted
 	var err error
 	if s.oneScript(cands) {
-		out, err = s.admitScript(ctx, s.rdb, cands, false).decode()
+		out, err = s.admitScript(ctx, s.rdb, cands, draws, false).decode()
 	} else {
-		out, err = s.admitRounds(ctx, cands)
+		out, err = s.admitRounds(ctx, cands, draws)
 	}
 	if err != nil {
 		return 0, nil, unavailable("admit", err)
@@ -132,8 +139,9 @@ type admitCmd struct {
 	retry func() *redis.Cmd
 }
 
-// admitScript runs (or, on a pipeline, queues) admit.lua over cands.
-func (s *Store) admitScript(ctx context.Context, p processor, cands []Conn, peek bool) admitCmd {
+// admitScript runs (or, on a pipeline, queues) admit.lua over cands, with
+// the throttle's draws (millionths) aligned to them.
+func (s *Store) admitScript(ctx context.Context, p processor, cands []Conn, draws []int64, peek bool) admitCmd {
 	ks := make([]string, 0, 2*len(cands))
 	args := make([]any, 0, 2+6*len(cands))
 	pk := "0"
@@ -141,10 +149,10 @@ func (s *Store) admitScript(ctx context.Context, p processor, cands []Conn, peek
 		pk = "1"
 	}
 	args = append(args, s.nowArg(), pk)
-	for _, c := range cands {
+	for i, c := range cands {
 		l := c.layout()
 		ks = append(ks, connKeys(l)...)
-		args = append(args, s.policyArg(s.connPolicy(c)), keys.Channel(l.Tenant), l.ID.String(), s.nonce(), flag(c.Retry), s.draw())
+		args = append(args, s.policyArg(s.connPolicy(c)), keys.Channel(l.Tenant), l.ID.String(), s.nonce(), flag(c.Retry), draws[i])
 	}
 	if _, ok := p.(redis.Pipeliner); ok {
 		return admitCmd{cmd: scriptAdmit.queue(ctx, p, "evalsha", ks, args), retry: func() *redis.Cmd {
@@ -194,13 +202,13 @@ func (a admitCmd) decode() ([]admitted, error) {
 // one peeked at (a peek writes nothing). The decisions are read in order
 // up to the first admitted one; a peek that could not decide without a
 // write starts the next round at its candidate.
-func (s *Store) admitRounds(ctx context.Context, cands []Conn) ([]admitted, error) {
+func (s *Store) admitRounds(ctx context.Context, cands []Conn, draws []int64) ([]admitted, error) {
 	var out []admitted
 	for first := 0; first < len(cands); {
 		pipe := s.rdb.Pipeline()
 		cmds := make([]admitCmd, 0, len(cands)-first)
 		for i := first; i < len(cands); i++ {
-			cmds = append(cmds, s.admitScript(ctx, pipe, cands[i:i+1], i > first))
+			cmds = append(cmds, s.admitScript(ctx, pipe, cands[i:i+1], draws[i:i+1], i > first))
 		}
 		_, _ = pipe.Exec(ctx) // each command's error is read below
 		next := len(cands)
