@@ -73,8 +73,8 @@ type world struct {
 	// candidate in order; drawn counts the store's calls for one, so that
 	// a second draw for a candidate (in a later round) would be another
 	// value than the model's.
-	draws [3]int64
-	drawn int
+	draws  [3]int64
+	drawn  int
 	conns  []store.Conn
 	model  []*breaker.State
 	events [][]breaker.Event
