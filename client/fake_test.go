@@ -182,7 +182,7 @@ func (f *fakeService) Report(_ context.Context, req *connect.Request[cooldownv1.
 		ErrorCode: m.GetErrorCode(), Count: int64(m.GetCount()), Retry: m.GetRetry(), Reporter: m.GetReporter(),
 	}, 0.5)
 	out := &cooldownv1.ReportResponse{State: wireState(s), Revision: s.Revision, Accepted: res.Accepted, Changed: res.Changed,
-		ThrottleProbability: s.ThrottleProbability(f.l.policy, now.UnixMilli())}
+		ThrottleProbability: s.ThrottleProbability(f.l.policy, now.UnixMilli()), Shadow: f.l.policy.Shadow}
 	f.l.mu.Unlock()
 	if hook != nil {
 		hook(req.Msg, out)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -369,6 +370,53 @@ func TestShadowAllowIsAnAllow(t *testing.T) {
 		assert.Equal(t, time.Minute, seen.ShadowRetryAfter)
 		assert.Empty(t, logs.String(), "nothing is logged per call")
 	})
+}
+
+// TestShadowOpenIsNoSwitch: a shadow policy's OPEN answer to a report is
+// computed, not enforced (the next Admit allows the connection again), so
+// the guard backs off before retrying as it would without cooldownd,
+// instead of retrying at once as if another candidate were now chosen
+// (which sent every retry to the failing primary at one instant); an
+// enforcing policy's OPEN switches to the fallback at once.
+func TestShadowOpenIsNoSwitch(t *testing.T) {
+	t.Parallel()
+	for _, shadow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shadow=%v", shadow), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				p := fastPolicy()
+				p.OpenBase, p.OpenMax, p.RetryBudget, p.Shadow = time.Minute, time.Minute, 0, shadow
+				svc := newFakeService(p)
+				c, err := svc.client(WithMaxRetries(5), WithBackoff(time.Second, 10*time.Second))
+				require.NoError(t, err)
+				a, b := NewConn(ID{1}, "a"), NewConn(ID{2}, "b")
+				var onA []time.Time
+				var onB int
+				resp, err := c.DoFallback(t.Context(), []Conn{a, b}, func(ctx context.Context, conn Conn) (*http.Response, error) {
+					if conn.ID() == a.ID() {
+						onA = append(onA, time.Now())
+						return response(503, nil, "down"), nil
+					}
+					onB++
+					return response(200, nil, "ok"), nil
+				})
+				require.NoError(t, err)
+				_ = resp.Body.Close()
+				assert.Equal(t, 1, onB)
+				if !shadow {
+					assert.Len(t, onA, 2, "the trip (the second failure) sends the next attempt to the fallback at once")
+					return
+				}
+				// Shadow: the primary is allowed again, so its retries are
+				// the guard's, each after its backoff, as without
+				// cooldownd; the fallback comes when they are spent.
+				require.Len(t, onA, 6, "the first attempt and 5 retries")
+				for i := 1; i < len(onA); i++ {
+					assert.GreaterOrEqual(t, onA[i].Sub(onA[i-1]), 500*time.Millisecond, "retry %d waited its backoff", i)
+				}
+			})
+		})
+	}
 }
 
 // TestReporterID: each client has its own random reporter id unless one

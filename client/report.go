@@ -81,7 +81,10 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		if c.mirror != nil {
 			c.mirror.throttled(a.Conn.id, resp.Msg.GetThrottleProbability())
 		}
-		open := resp.Msg.GetState() == cooldownv1.State_STATE_OPEN
+		// A shadow policy's open is computed, not enforced: the next Admit
+		// allows this connection again, so it is no reason to switch
+		// candidates at once, nor a word for the in-process fallback.
+		open := resp.Msg.GetState() == cooldownv1.State_STATE_OPEN && !resp.Msg.GetShadow()
 		if open {
 			c.local.heard(c.now(), a.Conn, cl)
 		}

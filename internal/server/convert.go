@@ -107,11 +107,12 @@ func admitProto(idx int, ds []store.Decision) *cooldownv1.AdmitResponse {
 	return out
 }
 
-// reportProto is Report's answer.
-func reportProto(res store.ReportResult) *cooldownv1.ReportResponse {
+// reportProto is Report's answer; shadow says the connection's policy is
+// in shadow mode.
+func reportProto(res store.ReportResult, shadow bool) *cooldownv1.ReportResponse {
 	return &cooldownv1.ReportResponse{
 		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
-		ServerTime: timestamppb.New(res.Now), ThrottleProbability: res.ThrottleProbability,
+		ServerTime: timestamppb.New(res.Now), ThrottleProbability: res.ThrottleProbability, Shadow: shadow,
 	}
 }
 
@@ -128,10 +129,15 @@ func fleetProto(c breaker.FleetCounts) *cooldownv1.FleetCounts {
 }
 
 // transitionProto is one state change on the wire; shadow says the
-// connection's policy is in shadow mode (the change was computed, not
+// connection's policy is in shadow mode, which marks the change as computed,
+// not enforced, when it is the policy's decision (an operator's is always
 // enforced). A history entry is marked by the policy in effect when it is
 // read: the policy is the server's configuration, not stored with it.
 func transitionProto(t store.Transition, label string, shadow bool) *cooldownv1.Transition {
+	switch t.Cause {
+	case breaker.CauseForced, breaker.CauseReset, breaker.CauseForceExpired, breaker.CauseOverrideCleared:
+		shadow = false
+	}
 	return &cooldownv1.Transition{
 		Connection: &cooldownv1.Connection{Id: t.ID[:], Label: label},
 		Time:       ts(t.At),

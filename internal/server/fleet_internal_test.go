@@ -228,10 +228,25 @@ func TestReportProtoThrottle(t *testing.T) {
 	t.Parallel()
 	res := store.ReportResult{ReportResult: breaker.ReportResult{Accepted: true}, Revision: 4, Phase: breaker.Closed,
 		Now: time.UnixMilli(1), ThrottleProbability: 0.6}
-	out := reportProto(res)
+	out := reportProto(res, false)
 	assert.Equal(t, 0.6, out.GetThrottleProbability())
 	assert.True(t, out.GetAccepted())
 	assert.Equal(t, uint64(4), out.GetRevision())
+	assert.False(t, out.GetShadow())
+	assert.True(t, reportProto(res, true).GetShadow(), "a shadow policy's report says so")
+}
+
+// TestTransitionShadowMarksPolicyDecisionsOnly: under a shadow policy a
+// transition the policy computed is marked, an operator's (enforced) is not.
+func TestTransitionShadowMarksPolicyDecisionsOnly(t *testing.T) {
+	t.Parallel()
+	for c := breaker.CauseNone; c <= breaker.CauseOverrideCleared; c++ {
+		operator := c == breaker.CauseForced || c == breaker.CauseReset || c == breaker.CauseForceExpired ||
+			c == breaker.CauseOverrideCleared
+		tr := transitionProto(store.Transition{Event: breaker.Event{Cause: c}}, "x", true)
+		assert.Equal(t, !operator, tr.GetShadow(), "%s under a shadow policy", c)
+		assert.False(t, transitionProto(store.Transition{Event: breaker.Event{Cause: c}}, "x", false).GetShadow(), "%s", c)
+	}
 }
 
 func TestTransitionProtoShadow(t *testing.T) {

@@ -562,7 +562,10 @@ export class Client {
         this.health.success();
         this.see(a.conn, r.value!.revision);
         this.mirror?.throttled(a.conn.idHex, r.value!.throttleProbability);
-        if (r.value!.state !== WireState.OPEN) return false;
+        // A shadow policy's open is computed, not enforced: the next admit
+        // allows this connection again, so it is no reason to switch
+        // candidates at once, nor a word for the in-process fallback.
+        if (r.value!.state !== WireState.OPEN || r.value!.shadow) return false;
         this.words.heard(this.now(), a.conn.idHex, cl.outcome, reportDelay(cl));
         return true;
       case "rejected":

@@ -30,6 +30,9 @@ class FakeCooldownd {
   readonly reports: ReportRequest[] = [];
   admitScript: AdmitAnswer[] = [allow(0)];
   reportThrottle = 0;
+  /** The state and shadow mark every Report answer carries. */
+  reportState = WireState.CLOSED;
+  reportShadow = false;
   down = false;
   private events: ((m: WatchConnectionsResponse) => void) | undefined;
   watching: Promise<void>;
@@ -51,7 +54,8 @@ class FakeCooldownd {
         report: (req) => {
           if (this.down) throw new ConnectError("down", Code.Unavailable);
           this.reports.push(req);
-          return create(ReportResponseSchema, { revision: req.revision, state: WireState.CLOSED, throttleProbability: this.reportThrottle });
+          return create(ReportResponseSchema, { revision: req.revision, state: this.reportState, throttleProbability: this.reportThrottle,
+            shadow: this.reportShadow });
         },
         extendLease: () => { throw new ConnectError("no", Code.Unimplemented); },
         getConnection: () => { throw new ConnectError("no", Code.Unimplemented); },
@@ -121,6 +125,27 @@ const ok = () => new Response("{}", { status: 200 });
 const unavailable = () => new Response("{}", { status: 503 });
 const success = () => classify({}, { status: 200, headers: new Headers() }, undefined, undefined);
 const transient = () => classify({}, { status: 503, headers: new Headers() }, undefined, undefined);
+
+test("fleet: a shadow policy's open is no switch: the guard backs off before retrying the primary", async (t) => {
+  for (const shadow of [false, true]) {
+    await t.test(`shadow=${shadow}`, async () => {
+      const { cd, fake, sleeps, a, b } = setup({ maxRetries: 2 });
+      fake.admitScript = [allow(0)]; // the primary is allowed every time (shadow)
+      fake.reportState = WireState.OPEN;
+      fake.reportShadow = shadow;
+      const calls = [unavailable, unavailable, ok];
+      await cd.doFallback([a, b], async () => calls.shift()!());
+      if (shadow) {
+        // Computed, not enforced: each retry waits its backoff, as without cooldownd.
+        assert.equal(sleeps.length, 2);
+        for (const ms of sleeps) assert.ok(ms > 0);
+      } else {
+        // Enforced: the next admit picks another candidate, at once.
+        assert.deepEqual(sleeps, []);
+      }
+    });
+  }
+});
 
 test("fleet: a call is a retry only on a connection it was already sent to", async (t) => {
   await t.test("do: the second attempt on the same connection is a retry, its report says so", async () => {

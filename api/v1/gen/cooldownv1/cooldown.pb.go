@@ -1085,8 +1085,10 @@ type Transition struct {
 	Actor string `protobuf:"bytes,7,opt,name=actor,proto3" json:"actor,omitempty"`
 	// Operator's reason, for overrides.
 	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The connection's policy is in shadow mode: this transition was
-	// computed, not enforced.
+	// The transition is a policy decision of a connection whose policy is in
+	// shadow mode (as the server is configured when it sends it): computed,
+	// not enforced. Operator transitions (forced, reset, override expired or
+	// cleared) are enforced and never marked.
 	Shadow        bool `protobuf:"varint,9,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1655,8 +1657,12 @@ type ReportResponse struct {
 	// The connection's adaptive-throttle rejection probability in effect
 	// after the report (as AdmitResponse.throttle_probability).
 	ThrottleProbability float64 `protobuf:"fixed64,6,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The connection's policy is in shadow mode: state OPEN is computed, not
+	// enforced, so a client must not take it as a reason to switch to
+	// another candidate at once (the next Admit allows this one again).
+	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -1729,6 +1735,13 @@ func (x *ReportResponse) GetThrottleProbability() float64 {
 		return x.ThrottleProbability
 	}
 	return 0
+}
+
+func (x *ReportResponse) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
 }
 
 // ExtendLeaseRequest extends a probe lease.
@@ -2596,7 +2609,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x05count\x18\b \x01(\rR\x05count\x12\x14\n" +
 	"\x05retry\x18\t \x01(\bR\x05retry\x12\x1a\n" +
 	"\breporter\x18\n" +
-	" \x01(\tR\breporter\"\xfc\x01\n" +
+	" \x01(\tR\breporter\"\x94\x02\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
@@ -2604,7 +2617,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\achanged\x18\x04 \x01(\bR\achanged\x12;\n" +
 	"\vserver_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"serverTime\x121\n" +
-	"\x14throttle_probability\x18\x06 \x01(\x01R\x13throttleProbability\"\x9b\x01\n" +
+	"\x14throttle_probability\x18\x06 \x01(\x01R\x13throttleProbability\x12\x16\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\"\x9b\x01\n" +
 	"\x12ExtendLeaseRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
