@@ -32,8 +32,8 @@ import (
 // the store fills in yet.
 type fleetEdits struct {
 	mu     sync.Mutex
-	shadow map[string]bool                      // hex id → shadow policy
-	fleet  map[string]*cooldownv1.FleetCounts   // hex id → counts
+	shadow map[string]bool                       // hex id → shadow policy
+	fleet  map[string]*cooldownv1.FleetCounts    // hex id → counts
 	policy map[string]func(p *cooldownv1.Policy) // hex id → policy edit
 }
 
@@ -221,7 +221,7 @@ func fleetRulesAt(t *testing.T, width int64) {
 	ed := &fleetEdits{
 		shadow: map[string]bool{hx(shadowOpen): true, hx(shadowLive): true},
 		fleet: map[string]*cooldownv1.FleetCounts{
-			hx(throttled): {FirstAttempts: 120, Retries: 25, Requests: 140, Accepts: 30, ThrottleProbability: 0.352, FailureReporters: 1},
+			hx(throttled):  {FirstAttempts: 120, Retries: 25, Requests: 140, Accepts: 30, ThrottleProbability: 0.352, FailureReporters: 1},
 			hx(quiet):      {}, // as with every fleet rule off: no counts kept
 			hx(shadowLive): {Requests: 10, ThrottleProbability: 0.5},
 		},
