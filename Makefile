@@ -54,8 +54,9 @@ check-generate: generate
 	git diff --exit-code -- $(GENERATED)
 	@test -z "$$(git status --porcelain -- $(GENERATED))" || (git status --porcelain -- $(GENERATED); echo "generated code is stale: run make generate"; exit 1)
 
-## lint: vet, staticcheck and buf lint.
+## lint: gofmt, vet, staticcheck and buf lint.
 lint:
+	@out="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$out" || { echo "gofmt -w these files:"; echo "$$out"; exit 1; }
 	go vet ./...
 	go tool staticcheck ./...
 	$(BUF) lint
