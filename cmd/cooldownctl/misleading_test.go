@@ -72,7 +72,9 @@ func TestIDForms(t *testing.T) {
 		base64.RawStdEncoding.EncodeToString(id), hexID[:4], hexID[:8] + "…", hexID[:20]} {
 		t.Run(arg, func(t *testing.T) {
 			t.Parallel()
-			r := s.ctl(t, viewer(), "get", arg)
+			// "--" ends the flags: a URL-safe base64 id may begin with "-"
+			// (one random id in 64), which would read as a flag.
+			r := s.ctl(t, viewer(), "get", "--", arg)
 			require.NoError(t, r.err, r.stderr)
 			assert.Regexp(t, `ID\s+`+hexID+`\n`, r.stdout)
 		})
