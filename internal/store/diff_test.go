@@ -456,7 +456,7 @@ func TestDifferentialMiniredis(t *testing.T) {
 func TestDifferentialReachesTheFleetRules(t *testing.T) {
 	t.Parallel()
 	c := redistest.Real(t)
-	seen := runDifferential(t, c, nil, 48, 120)
+	seen := runDifferential(t, c, nil, 96, 120)
 	for name, n := range map[string]int64{
 		"retry budget": seen.budget.Load(), "throttled": seen.throttled.Load(), "shadowed": seen.shadowed.Load(),
 		"trip held by the quorum": seen.blocked.Load(), "throttle above 0": seen.counted.Load(),
