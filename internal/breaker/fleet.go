@@ -40,9 +40,9 @@ type Attempt struct {
 	Draw float64
 }
 
-// Weighted is a Fleet count pair over the sliding window, in count·ms: the
-// previous bucket's count times its overlap plus the current count times
-// the window (exact integers, below 2^53).
+// weighted is a count pair of a two-bucket sliding window (Window's,
+// Fleet's) in count·ms: the previous bucket's count times its overlap plus
+// the current count times the window (exact integers, below 2^53).
 func weighted(prev, cur, w, e int64) int64 { return prev*(w-e) + cur*w }
 
 // fleetAt is the fleet counts as of now, rotated without writing: the

@@ -260,8 +260,8 @@ func (s *State) rateTripped(p Policy, now int64) bool {
 	}
 	w := ms(p.Window)
 	e := now - s.Window.Start
-	callsW := s.Window.PrevCalls*(w-e) + s.Window.CurCalls*w
-	failsW := s.Window.PrevFails*(w-e) + s.Window.CurFails*w
+	callsW := weighted(s.Window.PrevCalls, s.Window.CurCalls, w, e)
+	failsW := weighted(s.Window.PrevFails, s.Window.CurFails, w, e)
 	return callsW >= int64(p.MinCalls)*w && failsW*10000 >= bp*callsW
 }
 

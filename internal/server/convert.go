@@ -107,12 +107,11 @@ func admitProto(idx int, ds []store.Decision) *cooldownv1.AdmitResponse {
 	return out
 }
 
-// reportProto is Report's answer; shadow says the connection's policy is
-// in shadow mode.
-func reportProto(res store.ReportResult, shadow bool) *cooldownv1.ReportResponse {
+// reportProto is Report's answer.
+func reportProto(res store.ReportResult) *cooldownv1.ReportResponse {
 	return &cooldownv1.ReportResponse{
 		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
-		ServerTime: timestamppb.New(res.Now), ThrottleProbability: res.ThrottleProbability, Shadow: shadow,
+		ServerTime: timestamppb.New(res.Now), ThrottleProbability: res.ThrottleProbability, Shadow: res.Shadow,
 	}
 }
 

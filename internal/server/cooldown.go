@@ -53,7 +53,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	}
 	s.metrics.report(rep.Outcome, res.Accepted)
 	s.metrics.transitionsOf(res.Events)
-	return connect.NewResponse(reportProto(res, s.policyFor(c.Tenant, c.Label).Shadow)), nil
+	return connect.NewResponse(reportProto(res)), nil
 }
 
 func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error) {

@@ -228,12 +228,13 @@ func TestReportProtoThrottle(t *testing.T) {
 	t.Parallel()
 	res := store.ReportResult{ReportResult: breaker.ReportResult{Accepted: true}, Revision: 4, Phase: breaker.Closed,
 		Now: time.UnixMilli(1), ThrottleProbability: 0.6}
-	out := reportProto(res, false)
+	out := reportProto(res)
 	assert.Equal(t, 0.6, out.GetThrottleProbability())
 	assert.True(t, out.GetAccepted())
 	assert.Equal(t, uint64(4), out.GetRevision())
 	assert.False(t, out.GetShadow())
-	assert.True(t, reportProto(res, true).GetShadow(), "a shadow policy's report says so")
+	res.Shadow = true
+	assert.True(t, reportProto(res).GetShadow(), "a shadow policy's report says so")
 }
 
 // TestTransitionShadowMarksPolicyDecisionsOnly: under a shadow policy a

@@ -146,6 +146,7 @@ func TestShadowThroughServer(t *testing.T) {
 				res := f.report(t, &cooldownv1.ReportRequest{Connection: c, Outcome: cooldownv1.Outcome_OUTCOME_RATE_LIMITED,
 					RetryAfter: durationpb.New(time.Hour), HttpStatus: 429})
 				assert.Equal(t, cooldownv1.State_STATE_OPEN, res.GetState(), "%s: the transition is computed and stored", c.GetLabel())
+				assert.Equal(t, c == sh, res.GetShadow(), "%s: the answer says whether the open is enforced", c.GetLabel())
 			}
 
 			got := f.admit(t, nil, sh)

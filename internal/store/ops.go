@@ -245,6 +245,9 @@ type ReportResult struct {
 	// ThrottleProbability is the adaptive throttle's rejection
 	// probability in effect after the report (see Decision's).
 	ThrottleProbability float64
+	// Shadow says the policy the report was applied under is in shadow
+	// mode: its open is computed, not enforced.
+	Shadow bool
 }
 
 // Report applies the outcome of one call: one round trip. A connection's
@@ -254,7 +257,7 @@ type ReportResult struct {
 func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportResult, error) {
 	p := s.connPolicy(c)
 	l := c.layout()
-	res := ReportResult{}
+	res := ReportResult{Shadow: p.Shadow}
 	var wake int64
 	sc, release := s.durableConn(ctx, l, rep) // s.rdb unless Options.Durability
 	defer release()

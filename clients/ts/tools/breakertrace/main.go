@@ -274,46 +274,18 @@ func validation(rng *rand.Rand) validationCase {
 	spans := []float64{-1, 0, 0.5, 1, 1.5, 600000, 600001, float64(breaker.MaxDuration / time.Millisecond), float64(breaker.MaxDuration/time.Millisecond) + 1}
 	ratios := []float64{-0.5, 0, 0.00004, 0.00005, 0.0001, 0.3, 0.5, 0.99, 1, 1.5, 9.99, 10, 10.5}
 	counts := []int{-1, 0, 1, 2, 16, 17, 1000, 1001, breaker.MaxCount, breaker.MaxCount + 1}
+	knobs := breaker.Knobs()
 	for range 1 + rng.IntN(3) {
-		switch rng.IntN(19) {
-		case 0:
-			p.ConsecutiveFailures = counts[rng.IntN(len(counts))]
-		case 1:
-			p.FailureRate = ratios[rng.IntN(len(ratios))]
-		case 2:
-			p.MinCalls = counts[rng.IntN(len(counts))]
-		case 3:
-			p.Window = ms(spans[rng.IntN(len(spans))])
-		case 4:
-			p.OpenBase = ms(spans[rng.IntN(len(spans))])
-		case 5:
-			p.OpenMax = ms(spans[rng.IntN(len(spans))])
-		case 6:
-			p.Jitter = ratios[rng.IntN(len(ratios))]
-		case 7:
-			p.RateLimitCooldown = ms(spans[rng.IntN(len(spans))])
-		case 8:
-			p.OverloadFloor = ms(spans[rng.IntN(len(spans))])
-		case 9:
-			p.QuotaBlock = ms(spans[rng.IntN(len(spans))])
-		case 10:
-			p.AuthBlock = ms(spans[rng.IntN(len(spans))])
-		case 11:
-			p.MaxProbes = counts[rng.IntN(len(counts))]
-		case 12:
-			p.LeaseTTL = ms(spans[rng.IntN(len(spans))])
-		case 13:
-			p.RetryBudget = ratios[rng.IntN(len(ratios))]
-		case 14:
-			p.RetryBudgetMin = counts[rng.IntN(len(counts))]
-		case 15:
-			p.ThrottleK = ratios[rng.IntN(len(ratios))]
-		case 16:
-			p.TripQuorum = counts[rng.IntN(len(counts))]
-		case 17:
-			p.FleetWindow = ms(spans[rng.IntN(len(spans))])
-		default:
-			p.Shadow = !p.Shadow
+		k := knobs[rng.IntN(len(knobs))]
+		switch k.Kind {
+		case breaker.Count:
+			k.Set(&p, float64(counts[rng.IntN(len(counts))]))
+		case breaker.Ratio:
+			k.Set(&p, ratios[rng.IntN(len(ratios))])
+		case breaker.Span:
+			k.Set(&p, float64(ms(spans[rng.IntN(len(spans))])))
+		case breaker.Switch:
+			k.Set(&p, 1-k.Get(p))
 		}
 	}
 	c := validationCase{Policy: toPolicy(p)}
