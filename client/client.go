@@ -96,10 +96,14 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 			rpc: cooldownv1connect.NewCooldownServiceClient(hc, s, copts...)})
 	}
 	c.current.Store(int32(rand.N(len(c.endpoints))))
-	c.health = newHealth(cfg, len(c.endpoints), log, c.local.forget)
-	c.closed, c.close = context.WithCancel(context.Background())
+	onDown := func() {}
 	if cfg.mirror > 0 {
 		c.mirror = newMirror(c, cfg.mirror)
+		onDown = c.mirror.outage
+	}
+	c.health = newHealth(cfg, len(c.endpoints), log, onDown, c.local.forget)
+	c.closed, c.close = context.WithCancel(context.Background())
+	if c.mirror != nil {
 		c.mirror.start()
 	}
 	return c, nil
@@ -282,7 +286,7 @@ func (c *Client) AdmitAttempt(ctx context.Context, at Attempt) (Admission, error
 	retry := at.retries()
 	var ticket mirrorTicket
 	if c.mirror != nil {
-		a, t, ok := c.mirror.admit(cands[0], len(retry) > 0 && retry[0], c.now())
+		a, t, ok := c.mirror.admit(cands[0], len(retry) > 0 && retry[0], c.health.isDegraded(), c.now())
 		if ok {
 			return a, nil
 		}

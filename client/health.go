@@ -30,6 +30,7 @@ type health struct {
 	endpoints int
 	mode      FailMode
 	log       *slog.Logger
+	onDown    func() // the client degrades: calls are decided in-process
 	onUp      func() // cooldownd answers again after an outage
 
 	mu       sync.Mutex
@@ -41,9 +42,9 @@ type health struct {
 	outages  uint64
 }
 
-func newHealth(cfg config, endpoints int, log *slog.Logger, onUp func()) *health {
+func newHealth(cfg config, endpoints int, log *slog.Logger, onDown, onUp func()) *health {
 	return &health{after: cfg.degradeAfter, window: cfg.degradeWindow, every: cfg.serviceRetry,
-		endpoints: endpoints, mode: cfg.failMode, log: log, onUp: onUp, failed: map[int]bool{}}
+		endpoints: endpoints, mode: cfg.failMode, log: log, onDown: onDown, onUp: onUp, failed: map[int]bool{}}
 }
 
 // useService reports whether a call should go to cooldownd now: always
@@ -70,13 +71,24 @@ func (h *health) isDegraded() bool {
 }
 
 // failure records a call that none of the endpoints it tried answered. It
-// reports whether the client is degraded after it.
+// reports whether the client is degraded after it; when this call
+// degrades it, onDown is called.
 func (h *health) failure(now time.Time, op string, tried []int, err error) bool {
+	degraded, degrades := h.fail(now, op, tried, err)
+	if degrades {
+		h.onDown()
+	}
+	return degraded
+}
+
+// fail is failure under h.mu; it also says whether this call degraded
+// the client.
+func (h *health) fail(now time.Time, op string, tried []int, err error) (degraded, degrades bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.degraded {
 		h.nextTry = now.Add(h.every)
-		return true
+		return true, false
 	}
 	if h.fails == 0 || now.Sub(h.first) > h.window {
 		h.fails, h.first = 0, now
@@ -90,7 +102,7 @@ func (h *health) failure(now time.Time, op string, tried []int, err error) bool 
 		h.log.Debug("cooldownd call failed; this call is decided in-process",
 			slog.String("op", op), slog.String("code", connect.CodeOf(err).String()),
 			slog.Int("consecutive", h.fails), slog.String("error", err.Error()))
-		return false
+		return false, false
 	}
 	h.degraded, h.nextTry = true, now.Add(h.every)
 	h.outages++
@@ -98,7 +110,7 @@ func (h *health) failure(now time.Time, op string, tried []int, err error) bool 
 		slog.String("op", op), slog.String("code", connect.CodeOf(err).String()),
 		slog.Int("consecutive_failures", h.fails), slog.String("fail_mode", h.mode.String()),
 		slog.String("error", err.Error()))
-	return true
+	return true, true
 }
 
 // success records that cooldownd answered: the failure streak ends, and

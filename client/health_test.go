@@ -41,18 +41,23 @@ func TestHealthHysteresis(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := defaultConfig()
-			ups := 0
-			h := newHealth(cfg, tt.endpoints, slog.New(slog.DiscardHandler), func() { ups++ })
+			ups, downs, wantDowns := 0, 0, 0
+			h := newHealth(cfg, tt.endpoints, slog.New(slog.DiscardHandler), func() { downs++ }, func() { ups++ })
 			t0 := time.Unix(1_000_000, 0)
 			err := connect.NewError(connect.CodeUnavailable, errors.New("down"))
 			for i, s := range tt.steps {
+				was := h.isDegraded()
 				if s.fail == nil {
 					h.success()
 				} else {
 					h.failure(t0.Add(s.at), "admit", s.fail, err)
 				}
 				assert.Equal(t, s.wantDeg, h.isDegraded(), "after step %d", i)
+				if !was && s.wantDeg {
+					wantDowns++
+				}
 			}
+			assert.Equal(t, wantDowns, downs, "onDown once per degradation (the mirror is emptied then)")
 		})
 	}
 }
@@ -63,7 +68,7 @@ func TestHealthRetriesOncePerInterval(t *testing.T) {
 	t.Parallel()
 	cfg := defaultConfig()
 	cfg.degradeAfter = 1
-	h := newHealth(cfg, 1, slog.New(slog.DiscardHandler), func() {})
+	h := newHealth(cfg, 1, slog.New(slog.DiscardHandler), func() {}, func() {})
 	t0 := time.Unix(1_000_000, 0)
 	assert.True(t, h.useService(t0))
 	h.failure(t0, "admit", []int{0}, errors.New("down"))

@@ -41,11 +41,27 @@ type batchKey struct {
 }
 
 // mirrorTicket is what the mirror was when an Admit went to cooldownd: its
-// answer is learned only if neither the stream went down nor the
-// connection's throttle was seen on meanwhile.
+// answer is learned only if neither the stream went down, nor the client
+// degraded, nor the connection's throttle was seen on or a report of this
+// process said it is not healthy, meanwhile.
 type mirrorTicket struct {
 	epoch uint64
 	heat  uint64
+}
+
+// sickMark says that this process heard the connection is not healthy: a
+// report of its own (a failure, a server delay) or cooldownd's answer to
+// one (not closed, or a newer revision than the mirror held). The
+// connection is not mirrored until cooldownd says it is closed again: an
+// Admit answer sent after the mark at rev or newer, or an event at minEvent
+// or newer. An event needs a revision past the one a failure was seen
+// under, since the event of that revision may arrive late; an answer sent
+// after the mark is cooldownd's word after the failure.
+type sickMark struct {
+	conn     Conn
+	heat     uint64 // the mirror's heat when the mark was made or raised
+	rev      uint64
+	minEvent uint64
 }
 
 // mirror is the client's copy of the state of the connections it uses,
@@ -67,6 +83,7 @@ type mirror struct {
 	evRev   map[ID]uint64 // the newest revision an event showed, mirrored or not
 	heat    uint64        // bumps at each sighting of a throttle above 0
 	hot     map[ID]uint64 // connections last seen throttled, with the heat then
+	sick    map[ID]sickMark
 	batch   map[batchKey]int64
 	labels  map[ID]Conn
 
@@ -75,7 +92,7 @@ type mirror struct {
 
 func newMirror(c *Client, interval time.Duration) *mirror {
 	return &mirror{c: c, interval: interval, entries: map[ID]*mirrorEntry{}, evRev: map[ID]uint64{},
-		hot: map[ID]uint64{}, batch: map[batchKey]int64{}, labels: map[ID]Conn{}}
+		hot: map[ID]uint64{}, sick: map[ID]sickMark{}, batch: map[batchKey]int64{}, labels: map[ID]Conn{}}
 }
 
 func (m *mirror) start() {
@@ -86,16 +103,17 @@ func (m *mirror) start() {
 func (m *mirror) wait() { m.wg.Wait() }
 
 // admit admits a call to conn from the mirror when the stream is live,
+// the client is not degraded (then every call is decided in-process),
 // cooldownd last said the connection is closed and healthy, and the call
 // is a first attempt there: a retry is always cooldownd's to decide (the
 // fleet's retry budget). When it does not, it returns the ticket to hand
 // to learn with cooldownd's answer.
-func (m *mirror) admit(conn Conn, retry bool, now time.Time) (a Admission, t mirrorTicket, ok bool) {
+func (m *mirror) admit(conn Conn, retry, degraded bool, now time.Time) (a Admission, t mirrorTicket, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t = mirrorTicket{epoch: m.epoch, heat: m.heat}
 	e := m.entries[conn.id]
-	if retry || !m.live || e == nil || now.Sub(e.seenAt) > mirrorMaxAge {
+	if retry || degraded || !m.live || e == nil || now.Sub(e.seenAt) > mirrorMaxAge {
 		return Admission{}, t, false
 	}
 	m.admits.Add(1)
@@ -105,8 +123,10 @@ func (m *mirror) admit(conn Conn, retry bool, now time.Time) (a Admission, t mir
 // learn takes cooldownd's answer to an Admit sent with ticket t: a closed,
 // allowed connection whose throttle is off (probability 0) and whose
 // policy would not have denied the call is mirrored, unless an event
-// already showed a newer revision, the stream went down meanwhile, or a
-// throttle above 0 was seen for it after t was taken.
+// already showed a newer revision, the stream went down or the client
+// degraded meanwhile, a throttle above 0 was seen for it after t was
+// taken, or it is marked not healthy (see [sickMark]) and the answer is
+// older than the mark or its revision.
 func (m *mirror) learn(a Admission, state cooldownv1.State, throttle float64, t mirrorTicket, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -128,29 +148,107 @@ func (m *mirror) learn(a Admission, state cooldownv1.State, throttle float64, t 
 		}
 		delete(m.hot, id) // cooldownd answered again with 0
 	}
+	if s, ok := m.sick[id]; ok {
+		if s.heat > t.heat || a.Revision < s.rev {
+			return
+		}
+		delete(m.sick, id) // closed again, cooldownd says after the mark
+	}
 	if len(m.entries) >= maxMirrored {
 		clear(m.entries)
 	}
 	m.entries[id] = &mirrorEntry{conn: a.Conn, rev: a.Revision, seenAt: now}
 }
 
-// throttled takes the throttle probability of a Report answer for id:
-// above 0, the mirror stops admitting the connection until an Admit
-// answer says 0 again.
-func (m *mirror) throttled(id ID, p float64) {
-	if p <= 0 {
+// answered takes cooldownd's answer to a report sent from the queue.
+func (m *mirror) answered(req *cooldownv1.ReportRequest, resp *cooldownv1.ReportResponse) {
+	if id, err := keys.IDFromBytes(req.GetConnection().GetId()); err == nil {
+		m.reportAnswer(NewConn(id, req.GetConnection().GetLabel()), resp)
+	}
+}
+
+// unhealthy reports whether a report of this process with cl says its
+// connection is not healthy: a failure, a server delay hint (on any
+// outcome, a success's proactive cooldown included), quota or auth. The
+// caller's fault and a cancel say nothing of the connection.
+func unhealthy(cl Classification) bool {
+	switch cl.Outcome {
+	case OutcomeTransientFailure, OutcomeRateLimited, OutcomeOverloaded, OutcomeQuotaExhausted, OutcomeAuthFailure:
+		return true
+	}
+	return cl.RetryAfter > 0 || cl.Proactive > 0
+}
+
+// reported takes a report of this process on conn, for a call admitted
+// under rev, before it is sent: one that says the connection is not
+// healthy takes it out of the mirror at once, whether cooldownd takes the
+// report or not, until cooldownd says it is closed again (see [sickMark]).
+func (m *mirror) reported(conn Conn, rev uint64, cl Classification) {
+	if !unhealthy(cl) {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sawThrottle(id)
+	rev = max(rev, m.evRev[conn.id])
+	if e := m.entries[conn.id]; e != nil {
+		rev = max(rev, e.rev)
+	}
+	m.sicken(conn, rev, rev+1)
 }
 
-// answered takes cooldownd's answer to a report sent from the queue.
-func (m *mirror) answered(req *cooldownv1.ReportRequest, resp *cooldownv1.ReportResponse) {
-	if id, err := keys.IDFromBytes(req.GetConnection().GetId()); err == nil {
-		m.throttled(id, resp.GetThrottleProbability())
+// reportAnswer takes cooldownd's answer to a report of this process on
+// conn (direct, batched or queued): a throttle above 0 stops the local
+// admits until an Admit answer says 0 again;
+// a state not closed, or a revision newer than the mirror's entry (the
+// state moved on without this process hearing of it), takes the
+// connection out until cooldownd says it is closed at that revision or
+// newer. An answer older than what an event or the entry showed says
+// nothing.
+func (m *mirror) reportAnswer(conn Conn, resp *cooldownv1.ReportResponse) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, rev := conn.id, resp.GetRevision()
+	e := m.entries[id]
+	known := m.evRev[id]
+	if e != nil {
+		known = max(known, e.rev)
 	}
+	if resp.GetThrottleProbability() > 0 {
+		m.sawThrottle(id)
+	}
+	if rev < known {
+		return
+	}
+	_, marked := m.sick[id]
+	if resp.GetState() != cooldownv1.State_STATE_CLOSED || (e != nil && rev > e.rev) || marked {
+		m.sicken(conn, rev, rev)
+	}
+}
+
+// sicken marks conn not healthy (or raises its mark): its entry goes, and
+// answers to Admits sent before now teach nothing. m.mu must be held.
+func (m *mirror) sicken(conn Conn, rev, minEvent uint64) {
+	id := conn.id
+	delete(m.entries, id)
+	s, ok := m.sick[id]
+	if !ok && len(m.sick) >= maxMirrored {
+		// Forgetting marks would let an answer older than a failure
+		// mirror the connection: forget every entry and ticket too.
+		clear(m.sick)
+		clear(m.entries)
+		m.epoch++
+	}
+	m.heat++
+	m.sick[id] = sickMark{conn: conn, heat: m.heat, rev: max(s.rev, rev), minEvent: max(s.minEvent, minEvent)}
+}
+
+// outage takes the client's degradation: the mirror vouches for nothing
+// it learned before, and answers to Admits sent before teach nothing.
+func (m *mirror) outage() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.epoch++
+	clear(m.entries)
 }
 
 // sawThrottle records a throttle above 0 for id: its entry goes, and
@@ -191,18 +289,34 @@ func (m *mirror) event(st *cooldownv1.ConnectionState, now time.Time) {
 		m.sawThrottle(id)
 		return
 	}
+	healthy := st.GetState() == cooldownv1.State_STATE_CLOSED && st.GetOverride() == cooldownv1.Override_OVERRIDE_UNSPECIFIED
+	if s, ok := m.sick[id]; ok {
+		_, hot := m.hot[id]
+		if !healthy || rev < s.minEvent || hot || !m.live {
+			return
+		}
+		// Closed again at a revision past the mark: mirrored again.
+		delete(m.sick, id)
+		if len(m.entries) >= maxMirrored {
+			clear(m.entries)
+		}
+		m.entries[id] = &mirrorEntry{conn: s.conn, rev: rev, seenAt: now}
+		return
+	}
 	e := m.entries[id]
 	if e == nil {
 		return
 	}
-	if st.GetState() == cooldownv1.State_STATE_CLOSED && st.GetOverride() == cooldownv1.Override_OVERRIDE_UNSPECIFIED {
+	if healthy {
 		e.rev, e.seenAt = rev, now
 		return
 	}
 	delete(m.entries, id)
 }
 
-// up marks the stream subscribed; down forgets everything it vouched for.
+// up marks the stream subscribed; down forgets everything it vouched for
+// (the marks of connections not healthy stay: they are this process's own
+// word).
 func (m *mirror) up() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -326,7 +440,7 @@ func (m *mirror) flush(ctx context.Context) {
 		switch kind {
 		case rpcOK:
 			m.c.health.success()
-			m.throttled(k.id, resp.Msg.GetThrottleProbability())
+			m.reportAnswer(labels[k.id], resp.Msg)
 		case rpcRejected, rpcCapped:
 		default:
 			if m.c.closed.Err() == nil {

@@ -307,6 +307,12 @@ func TestMirrorBatchesKeepRetriesApart(t *testing.T) {
 	assert.Len(t, svc.reportRequests()[before:], 2, "one batch per retry flag")
 }
 
+// throttledAnswer hands m a report answer for id at revision 4, closed,
+// with throttle probability p.
+func throttledAnswer(m *mirror, id ID, p float64) {
+	m.reportAnswer(NewConn(id, "p"), &cooldownv1.ReportResponse{State: cooldownv1.State_STATE_CLOSED, Revision: 4, ThrottleProbability: p})
+}
+
 // TestMirrorThrottleTicket: an Admit answer is learned only when no
 // throttle was seen for its connection after the Admit was sent, and
 // never when it carries a throttle or a shadow denial.
@@ -322,52 +328,52 @@ func TestMirrorThrottleTicket(t *testing.T) {
 		want  bool // admitted from the mirror afterwards
 	}{
 		{"a healthy answer is learned", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
+			_, tk, _ := m.admit(cn, false, false, now)
 			m.learn(allow, closed, 0, tk, now)
 		}, false, true},
 		{"a retry is never admitted", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
+			_, tk, _ := m.admit(cn, false, false, now)
 			m.learn(allow, closed, 0, tk, now)
 		}, true, false},
 		{"an answer with a throttle is not learned", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
+			_, tk, _ := m.admit(cn, false, false, now)
 			m.learn(allow, closed, 0.01, tk, now)
 		}, false, false},
 		{"a shadow denial is not learned", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
+			_, tk, _ := m.admit(cn, false, false, now)
 			a := allow
 			a.Shadowed = ReasonThrottled
 			m.learn(a, closed, 0, tk, now)
 		}, false, false},
 		{"an answer sent before a throttle was seen is not learned", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
-			m.throttled(cn.id, 0.5)
+			_, tk, _ := m.admit(cn, false, false, now)
+			throttledAnswer(m, cn.id, 0.5)
 			m.learn(allow, closed, 0, tk, now)
 		}, false, false},
 		{"an answer sent after it is", func(m *mirror, now time.Time) {
-			m.throttled(cn.id, 0.5)
-			_, tk, _ := m.admit(cn, false, now)
+			throttledAnswer(m, cn.id, 0.5)
+			_, tk, _ := m.admit(cn, false, false, now)
 			m.learn(allow, closed, 0, tk, now)
 		}, false, true},
 		{"a throttle of another connection does not matter", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
-			m.throttled(ID{2}, 0.5)
+			_, tk, _ := m.admit(cn, false, false, now)
+			throttledAnswer(m, ID{2}, 0.5)
 			m.learn(allow, closed, 0, tk, now)
 		}, false, true},
 		{"a report answer with 0 does not end a throttle", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
+			_, tk, _ := m.admit(cn, false, false, now)
 			m.learn(allow, closed, 0, tk, now)
-			m.throttled(cn.id, 0.5)
-			m.throttled(cn.id, 0)
+			throttledAnswer(m, cn.id, 0.5)
+			throttledAnswer(m, cn.id, 0)
 		}, false, false},
 		{"a throttled event drops the entry", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
+			_, tk, _ := m.admit(cn, false, false, now)
 			m.learn(allow, closed, 0, tk, now)
 			m.event(&cooldownv1.ConnectionState{Connection: wireConn(cn), State: closed, Revision: 5,
 				Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.1}}, now)
 		}, false, false},
 		{"a healthy event keeps it", func(m *mirror, now time.Time) {
-			_, tk, _ := m.admit(cn, false, now)
+			_, tk, _ := m.admit(cn, false, false, now)
 			m.learn(allow, closed, 0, tk, now)
 			m.event(&cooldownv1.ConnectionState{Connection: wireConn(cn), State: closed, Revision: 5,
 				Fleet: &cooldownv1.FleetCounts{}}, now)
@@ -380,7 +386,7 @@ func TestMirrorThrottleTicket(t *testing.T) {
 			m.up()
 			now := time.Unix(1_700_000_000, 0)
 			tt.steps(m, now)
-			_, _, ok := m.admit(cn, tt.retry, now)
+			_, _, ok := m.admit(cn, tt.retry, false, now)
 			assert.Equal(t, tt.want, ok)
 		})
 	}

@@ -46,6 +46,13 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 	if cl.Outcome < OutcomeSuccess || cl.Outcome > OutcomeCanceled {
 		return false, fmt.Errorf("client: report: invalid outcome %s", cl.Outcome)
 	}
+	if c.mirror != nil {
+		rev := a.Revision
+		if a.Local {
+			rev = c.revs.last(a.Conn.id)
+		}
+		c.mirror.reported(a.Conn, rev, cl)
+	}
 	if a.Local {
 		if informs(cl) {
 			c.enqueue(c.reportRequest(a.Conn, c.revs.last(a.Conn.id), "", a.Retry, cl), reportDelay(cl))
@@ -79,7 +86,7 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		c.health.success()
 		c.revs.see(a.Conn.id, resp.Msg.GetRevision())
 		if c.mirror != nil {
-			c.mirror.throttled(a.Conn.id, resp.Msg.GetThrottleProbability())
+			c.mirror.reportAnswer(a.Conn, resp.Msg)
 		}
 		// A shadow policy's open is computed, not enforced: the next Admit
 		// allows this connection again, so it is no reason to switch
