@@ -89,8 +89,9 @@ export interface ClientOptions {
   reportQueueMaxAgeMs?: number;
   /** Notices: degradation and recovery (warn/info), retries (debug). */
   logger?: Logger;
-  /** The guard's clock (Unix ms) and waits, for tests. */
+  /** For tests: the guard's clock, Unix ms (default Date.now). */
   now?: () => number;
+  /** For tests: the guard's waits (default a timer that the signal cancels). */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /**
    * Keep a mirror of the connections this process uses, fed by
@@ -107,7 +108,7 @@ export interface ClientOptions {
    * a secret). Default: a random one per Client (16 hex characters).
    */
   reporter?: string;
-  /** Builds the transport of one endpoint (tests); the default follows protocol/httpVersion. */
+  /** For tests: builds the transport of one endpoint (default: the one protocol and httpVersion name). */
   transport?: (baseUrl: string, interceptors: Interceptor[]) => Transport;
 }
 
