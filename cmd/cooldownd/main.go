@@ -36,17 +36,39 @@ func main() {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintln(os.Stderr, "cooldownd:", err)
+		var logged *loggedError
+		if !errors.As(err, &logged) {
+			fmt.Fprintln(os.Stderr, "cooldownd:", err)
+		}
 		os.Exit(2)
 	}
 }
 
+// loggedError is an error run has already written to the log, as a record
+// in the log's format; main does not print it again.
+type loggedError struct{ err error }
+
+func (e *loggedError) Error() string { return e.err.Error() }
+func (e *loggedError) Unwrap() error { return e.err }
+
+// logFatal writes err as the last record of the log (level error) and
+// returns it marked as written: with --log-format json every line on
+// stderr is JSON, the one that says why cooldownd exits too.
+func logFatal(log *slog.Logger, err error) error {
+	log.Error("cooldownd exits: "+err.Error(), "err", err.Error())
+	return &loggedError{err: err}
+}
+
 // run starts cooldownd and blocks until SIGTERM/SIGINT or ctx ends. When
 // ready is not nil it receives the bound address once serving. Logs go to
-// stderr; stdout only carries --version.
+// stderr; stdout only carries --version. An error from the time the log's
+// format is known is also written to the log (see [logFatal]).
 func run(ctx context.Context, args []string, env environ, stdout, stderr io.Writer, ready chan<- string) error {
 	cfg, err := parseConfig(args, env, stderr)
 	if err != nil {
+		if cfg.logFormat == "json" && !errors.Is(err, flag.ErrHelp) {
+			return logFatal(newLogger(cfg, stderr), err)
+		}
 		return err
 	}
 	build := buildinfo.Get()
@@ -65,6 +87,14 @@ func run(ctx context.Context, args []string, env environ, stdout, stderr io.Writ
 	for _, name := range cfg.unknownEnv {
 		log.Warn("unknown environment variable ignored: it sets no flag (see cooldownd --help)", "name", name)
 	}
+	if err := serve(ctx, cfg, env, build, log, ready); err != nil {
+		return logFatal(log, err)
+	}
+	return nil
+}
+
+// serve runs the configured server until SIGTERM/SIGINT or ctx ends.
+func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, log *slog.Logger, ready chan<- string) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 

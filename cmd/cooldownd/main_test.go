@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"net"
@@ -247,6 +250,56 @@ func TestRunRedisErrors(t *testing.T) {
 	}
 }
 
+// TestFatalErrorIsALogRecord: the error cooldownd exits with is the log's
+// last record, in the log's format: with --log-format json every line on
+// stderr is JSON (it was a plain "cooldownd: redis … does not answer").
+func TestFatalErrorIsALogRecord(t *testing.T) {
+	t.Parallel()
+	closed := "redis://:s3cret@127.0.0.1:" + strconv.Itoa(redistest.FreePort(t)) + "/0"
+	tests := []struct {
+		name   string
+		args   []string
+		want   string
+		json   bool
+		logged bool // a record, so main prints nothing more
+	}{
+		{"json: redis does not answer", []string{"--log-format", "json", "--redis-url", closed}, "does not answer", true, true},
+		{"json: a flag's value", []string{"--log-format", "json", "--max-probes", "0"}, "--max-probes", true, true},
+		{"json at warn: still written", []string{"--log-format", "json", "--log-level", "warn", "--redis-url", closed}, "does not answer", true, true},
+		{"text: redis does not answer", []string{"--redis-url", closed}, "does not answer", false, true},
+		{"text: a flag's value is printed by main", []string{"--max-probes", "0"}, "--max-probes", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			logs := &syncBuffer{}
+			err := run(t.Context(), append([]string{"--addr", "127.0.0.1:0"}, tt.args...), envOf(nil), io.Discard, logs, nil)
+			require.ErrorContains(t, err, tt.want)
+			var logged *loggedError
+			require.Equal(t, tt.logged, errors.As(err, &logged))
+			if !tt.logged {
+				return
+			}
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			last := lines[len(lines)-1]
+			if tt.json {
+				for _, l := range lines {
+					assert.True(t, json.Valid([]byte(l)), "not JSON: %s", l)
+				}
+				var rec struct{ Level, Msg, Err string }
+				require.NoError(t, json.Unmarshal([]byte(last), &rec))
+				assert.Equal(t, "ERROR", rec.Level)
+				assert.Contains(t, rec.Err, tt.want)
+				assert.Contains(t, rec.Msg, tt.want)
+			} else {
+				assert.Contains(t, last, "level=ERROR")
+				assert.Contains(t, last, tt.want)
+			}
+			assert.NotContains(t, logs.String(), "s3cret", "the log never echoes the password")
+		})
+	}
+}
+
 func TestRunConfigErrors(t *testing.T) {
 	t.Parallel()
 	err := run(t.Context(), []string{"--help"}, envOf(nil), io.Discard, io.Discard, nil)
@@ -307,6 +360,23 @@ func TestBinary(t *testing.T) {
 		require.ErrorAs(t, err, &ee)
 		assert.Equal(t, 2, ee.ExitCode())
 		assert.Contains(t, string(out), "--jitter")
+	})
+	t.Run("json fatal error", func(t *testing.T) {
+		// Every line is JSON with --log-format json, the reason to exit too.
+		cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--log-format", "json",
+			"--redis-url", "redis://127.0.0.1:"+strconv.Itoa(redistest.FreePort(t)))
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, 2, ee.ExitCode())
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		for _, l := range lines {
+			assert.True(t, json.Valid([]byte(l)), "not JSON: %s", l)
+		}
+		assert.Contains(t, lines[len(lines)-1], "does not answer")
 	})
 	t.Run("sigterm", func(t *testing.T) {
 		addr := "127.0.0.1:" + strconv.Itoa(redistest.FreePort(t))
