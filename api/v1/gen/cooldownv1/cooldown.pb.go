@@ -1536,9 +1536,19 @@ type ReportRequest struct {
 	// The reporting process: random per client process, 1 to 64 characters
 	// of [A-Za-z0-9._-]. The trip quorum counts distinct reporters; reports
 	// without one count as one reporter together.
-	Reporter      string `protobuf:"bytes,10,opt,name=reporter,proto3" json:"reporter,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Reporter string `protobuf:"bytes,10,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	// The report's idempotency key: random per report (the Go and TS
+	// clients send 16 random bytes in unpadded base64url), the same in every
+	// resend of it. The server remembers a key per tenant and connection
+	// (--report-key-ttl, default 2m, at least the clients' report queue
+	// max age): a resend within that time is answered with the first
+	// report's answer and counted once. A key sent with a different
+	// outcome, revision, count or retry flag is refused (invalid_argument).
+	// Empty: no key, every send counts; otherwise 16 to 64 characters of
+	// [A-Za-z0-9_-].
+	IdempotencyKey string `protobuf:"bytes,11,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
@@ -1637,6 +1647,13 @@ func (x *ReportRequest) GetRetry() bool {
 func (x *ReportRequest) GetReporter() string {
 	if x != nil {
 		return x.Reporter
+	}
+	return ""
+}
+
+func (x *ReportRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
 	}
 	return ""
 }
@@ -2591,7 +2608,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"retryAfter\x12(\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x05 \x01(\x04R\brevision\x12E\n" +
-	"\x12shadow_deny_reason\x18\x06 \x01(\x0e2\x17.cooldown.v1.DenyReasonR\x10shadowDenyReason\"\xf9\x02\n" +
+	"\x12shadow_deny_reason\x18\x06 \x01(\x0e2\x17.cooldown.v1.DenyReasonR\x10shadowDenyReason\"\xa2\x03\n" +
 	"\rReportRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -2609,7 +2626,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x05count\x18\b \x01(\rR\x05count\x12\x14\n" +
 	"\x05retry\x18\t \x01(\bR\x05retry\x12\x1a\n" +
 	"\breporter\x18\n" +
-	" \x01(\tR\breporter\"\x94\x02\n" +
+	" \x01(\tR\breporter\x12'\n" +
+	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\"\x94\x02\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
