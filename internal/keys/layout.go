@@ -32,6 +32,8 @@ func ValidateTenant(t string) error {
 //
 //	cd:{t:id}:s      state hash (probe leases are fields of it)
 //	cd:{t:id}:h      recent transitions (list, newest first)
+//	cd:{t:id}:r:k    the first answer to the report with idempotency key
+//	                 k (a string that expires; see report_fast.lua)
 //
 // Per tenant (own hash tag {t}):
 //
@@ -53,6 +55,11 @@ func (l Layout) State() string { return l.prefix() + "s" }
 
 // History is the transition list key.
 func (l Layout) History() string { return l.prefix() + "h" }
+
+// Report is the key that remembers the answer to the connection's report
+// with idempotency key k (one of [A-Za-z0-9_-], so it cannot leave the
+// hash tag).
+func (l Layout) Report(k string) string { return l.prefix() + "r:" + k }
 
 // Script returns the keys a connection script declares, in its order:
 // state, history (one hex encoding of the id for both: this runs on every

@@ -11,6 +11,7 @@ func TestLayoutScriptKeysShareOneHashTag(t *testing.T) {
 	l := Layout{Tenant: "team-a", ID: ID{0xab}}
 	ks := l.Script()
 	assert.Equal(t, []string{l.State(), l.History()}, ks)
+	ks = append(ks, l.Report("k1"))
 	tag := "{team-a:" + l.ID.String() + "}"
 	for _, k := range ks {
 		assert.Contains(t, k, tag, "one Redis Cluster slot per connection")

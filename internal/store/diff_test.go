@@ -79,6 +79,16 @@ type world struct {
 	model  []*breaker.State
 	events [][]breaker.Event
 	tokens [][]string // every lease token granted per connection, live or not
+	// keyed is the last report sent with an idempotency key, and its
+	// answer: a later step may send it again (its answer was lost), which
+	// the model does not see.
+	keyed *keyedReport
+}
+
+type keyedReport struct {
+	c   store.Conn
+	rep breaker.Report
+	got store.ReportResult
 }
 
 func newWorld(t require.TestingT, rdb redis.UniversalClient, mini *miniredis.Miniredis, seed uint64, tenant string,
@@ -147,6 +157,17 @@ func (w *world) step(ctx context.Context, k int) string {
 			w.tokens[i] = append(w.tokens[i], got.LeaseToken)
 		}
 		return desc
+	case op < 75 && w.keyed != nil && w.rng.IntN(8) == 0:
+		// The client's queue sends a keyed report again: answered as the
+		// first was, and counted nothing (check compares the state).
+		k := w.keyed
+		again, err := w.st.Report(ctx, k.c, k.rep)
+		require.NoError(w.t, err)
+		desc := fmt.Sprintf("resend %s %+v", k.c.ReportKey, k.rep)
+		require.True(w.t, again.Replayed, desc)
+		again.Replayed = false
+		require.Equal(w.t, k.got, again, desc)
+		return desc
 	case op < 75:
 		rep := breaker.Report{Outcome: pickOutcome(w.rng), HTTPStatus: 200 + w.rng.IntN(400), ErrorCode: "e" + strconv.Itoa(w.rng.IntN(3))}
 		switch w.rng.IntN(6) {
@@ -168,8 +189,14 @@ func (w *world) step(ctx context.Context, k int) string {
 		}
 		rep.Retry = w.rng.IntN(4) == 0
 		rep.Reporter = []string{"", "r1", "r2", "r3", "pod-7.a_b"}[w.rng.IntN(5)]
+		if w.rng.IntN(3) == 0 {
+			c.ReportKey = fmt.Sprintf("diff-key-%08d", k)
+		}
 		got, err := w.st.Report(ctx, c, rep)
 		require.NoError(w.t, err)
+		if c.ReportKey != "" {
+			w.keyed = &keyedReport{c: c, rep: rep, got: got}
+		}
 		closed := m.Phase <= breaker.Closed && m.Override == breaker.NoOverride
 		want, evs := m.Report(w.policy, w.now, rep, float64(w.jitter)/1e6)
 		w.events[i] = append(w.events[i], evs...)

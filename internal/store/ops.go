@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -19,6 +20,10 @@ type Conn struct {
 	// Retry says, in an Admit, that the call was already sent to this
 	// connection: a retry, charged to its fleet retry budget.
 	Retry bool
+	// ReportKey is, in a Report, the report's idempotency key (empty:
+	// none): 1 to 64 characters of [A-Za-z0-9_-], the same in every
+	// resend of one report. See [Store.Report].
+	ReportKey string
 }
 
 func (c Conn) layout() keys.Layout { return keys.Layout{Tenant: c.Tenant, ID: c.ID} }
@@ -248,12 +253,34 @@ type ReportResult struct {
 	// Shadow says the policy the report was applied under is in shadow
 	// mode: its open is computed, not enforced.
 	Shadow bool
+	// Replayed says the report's idempotency key named a report already
+	// applied: this is that report's answer (its Now, Events and all),
+	// and nothing was applied or counted again.
+	Replayed bool
 }
+
+// DefaultReportKeyTTL is how long a report's idempotency key remembers
+// its answer by default ([Options.ReportKeyTTL]): twice the clients'
+// report queue max age (a minute), so that a resend the queue sends at
+// the end of its report's life still finds it.
+const DefaultReportKeyTTL = 2 * time.Minute
+
+// ErrReportKeyReused is returned when a report's idempotency key names a
+// report already applied that said something else (outcome, revision,
+// count or retry flag): a client bug, nothing was applied.
+var ErrReportKeyReused = errors.New("store: the idempotency key names a different report")
 
 // Report applies the outcome of one call: one round trip. A connection's
 // first report registers it in its tenant's index first (within the cap;
 // see [Store.create]), so a connection that exists is always listed and
 // counted. May return [ErrTooManyConnections].
+//
+// A report with an idempotency key (c.ReportKey) is applied once: the
+// script remembers its answer under the key, in the connection's hash
+// slot, for [Options.ReportKeyTTL], and a resend within that time (its
+// first answer was lost) gets that answer back, with Replayed set, and
+// counts nothing again; one that said something else returns
+// [ErrReportKeyReused].
 func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportResult, error) {
 	p := s.connPolicy(c)
 	l := c.layout()
@@ -261,12 +288,25 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	var wake int64
 	sc, release := s.durableConn(ctx, l, rep) // s.rdb unless Options.Durability
 	defer release()
+	ks := connKeys(l)
+	if c.ReportKey != "" {
+		ks = append(ks, l.Report(c.ReportKey))
+	}
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
-		r := newReply(scriptReport.run(ctx, sc, connKeys(l), s.args(p, l,
-			rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
-			registeredAt, registerGrace.Milliseconds(), max(rep.Count, 1), flag(rep.Retry), rep.Reporter)...).Result())
-		// REPORT_REPLY in report.lua.
+		op := []any{rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
+			registeredAt, registerGrace.Milliseconds(), max(rep.Count, 1), flag(rep.Retry), rep.Reporter}
+		if c.ReportKey != "" {
+			op = append(op, s.reportKeyTTL)
+		}
+		r := newReply(scriptReport.run(ctx, sc, ks, s.args(p, l, op...)...).Result())
+		// REPORT_REPLY in report.lua (REUSED alone).
 		status := r.int()
+		if status == statusReused {
+			return 0, ErrReportKeyReused
+		}
+		if status == statusReplayed {
+			res.Replayed, status = true, statusApplied
+		}
 		res.Accepted = r.int() == 1
 		res.Changed = r.int() == 1
 		res.Created = r.int() == 1

@@ -55,6 +55,8 @@ var (
 const (
 	statusApplied      = 1
 	statusUnregistered = 2
+	statusReplayed     = 3
+	statusReused       = 4
 	forceReset         = 3
 	admitUndecided     = breaker.Decision(0)
 )

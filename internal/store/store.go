@@ -58,6 +58,9 @@ type Options struct {
 	// Durability makes reports that open a connection wait for replicas
 	// (zero: asynchronous replication; see durable.go).
 	Durability Durability
+	// ReportKeyTTL is how long a report's idempotency key remembers its
+	// answer (zero: [DefaultReportKeyTTL], 2 min; see [Conn.ReportKey]).
+	ReportKeyTTL time.Duration
 	// Clock, for tests only, replaces Redis TIME as the scripts' clock.
 	Clock func() time.Time
 	// Nonce, for tests only, replaces the random lease-token nonce.
@@ -86,6 +89,7 @@ type Store struct {
 	// sweepEvery and sweepTTL drive Run (see Options).
 	sweepEvery, sweepTTL time.Duration
 	durable              Durability // see durable.go
+	reportKeyTTL         string     // ms, see Options.ReportKeyTTL
 	argCache             sync.Map   // breaker.Policy → string, see policyArg
 	hub                  hub        // shared watch subscriptions, one per tenant
 }
@@ -117,6 +121,11 @@ func New(rdb RedisClient, o Options) (*Store, error) {
 	if s.sweepTTL <= 0 {
 		s.sweepTTL = DefaultSweepLockTTL
 	}
+	keyTTL := o.ReportKeyTTL
+	if keyTTL <= 0 {
+		keyTTL = DefaultReportKeyTTL
+	}
+	s.reportKeyTTL = strconv.FormatInt(max(keyTTL.Milliseconds(), 1), 10)
 	if _, ok := rdb.(connClient); s.durable.Replicas > 0 && cluster == nil && !ok {
 		return nil, fmt.Errorf("store: durability waits on a connection of the client's own (a *redis.Client's Conn, or a *redis.ClusterClient's MasterForKey), which %T has not", rdb)
 	}

@@ -30,7 +30,10 @@ local THROTTLE_RETRY_AFTER = 1000
 -- UNREGISTERED when the connection does not exist and the store has not
 -- just registered it in its tenant's index (see register in tenant.lua):
 -- nothing was written, the store registers it and runs the script again.
-local STATUS = {APPLIED = 1, UNREGISTERED = 2}
+-- A report also answers REPLAYED, the reply of its first run (its
+-- idempotency key named a report already applied), or REUSED, alone (the
+-- key named a different report): see report_fast.lua.
+local STATUS = {APPLIED = 1, UNREGISTERED = 2, REPLAYED = 3, REUSED = 4}
 
 -- The bound connection (see bind): its keys, policy, idle TTL, history
 -- cap, event channel and id, and the transitions applied to it so far.

@@ -4,7 +4,9 @@
 -- ARGV[13] registered_at, ARGV[14] grace (see may_create), ARGV[15] how many
 -- successes the report stands for (a client's batch; 1 otherwise),
 -- ARGV[16] retry ('1': the call was a retry on this connection), ARGV[17]
--- the reporter (for the trip quorum). throttle in the reply is the
+-- the reporter (for the trip quorum), ARGV[18] how long the report's
+-- idempotency key (KEYS[3], optional) remembers the reply, ms (see
+-- report_fast.lua). throttle in the reply is the
 -- throttle's rejection probability in effect after the report (0 unless
 -- closed with no override), as a string.
 local REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake', 'throttle'}
@@ -113,6 +115,6 @@ save(s)
 emit(s)
 local throttle = '0'
 if s.phase == PHASE.CLOSED and s.override == OVERRIDE.NONE then throttle = string.format('%.17g', throttle_prob(s)) end
-return reply(REPORT_REPLY, {status = STATUS.APPLIED, accepted = accepted and 1 or 0,
+return remember(reply(REPORT_REPLY, {status = STATUS.APPLIED, accepted = accepted and 1 or 0,
   changed = (#events > before) and 1 or 0, created = created and 1 or 0, revision = s.revision, phase = s.phase,
-  now = now, wake = wake(s), throttle = throttle})
+  now = now, wake = wake(s), throttle = throttle}))

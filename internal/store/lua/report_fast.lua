@@ -13,6 +13,46 @@
 -- on to the full script. ARGV as report.lua's; the field names are
 -- prelude.lua's HASH_FIELDS, the numbers its PHASE, OVERRIDE, OUTCOME,
 -- STATUS and MAX_COUNT, the policy's first fields policyArg's.
+--
+-- First, a report with an idempotency key (KEYS[3]: the connection's
+-- cd:{t:id}:r:<key>; ARGV[18] how long it is remembered, ms): a key that
+-- names a report already applied answers that report's first reply,
+-- marked REPLAYED (prelude.lua's STATUS), and counts and writes nothing; a
+-- key remembered for a report that said something else (outcome,
+-- revision, count, retry flag) answers REUSED alone. Without a key this is
+-- one comparison.
+local REPORT_KEY, REPORT_SAID = KEYS[3], nil
+if REPORT_KEY then
+  REPORT_SAID = ARGV[7] .. ':' .. ARGV[5] .. ':' .. ARGV[15] .. ':' .. ARGV[16]
+  local seen = redis.call('GET', REPORT_KEY)
+  if seen then
+    local said, first = string.match(seen, '^([^|]*)|(.*)$')
+    if said ~= REPORT_SAID then return {4} end
+    local out, i = {}, 0
+    for x in string.gmatch(first, '[^,]+') do
+      i = i + 1
+      -- REPORT_REPLY's 9th value, the throttle, is a string.
+      if i == 9 then out[i] = x else out[i] = tonumber(x) end
+    end
+    out[1] = 3
+    return out
+  end
+end
+
+-- remember stores a run's reply under the report's key (when it has one),
+-- as "<what it said>|<the reply's values>", for ARGV[18] ms, and returns
+-- it. Only a run that applied the report calls it (not UNREGISTERED).
+local function remember(out)
+  if REPORT_KEY then
+    local v = {}
+    for i, x in ipairs(out) do
+      if type(x) == 'number' then v[i] = string.format('%d', x) else v[i] = x end
+    end
+    redis.call('SET', REPORT_KEY, REPORT_SAID .. '|' .. table.concat(v, ','), 'PX', ARGV[18])
+  end
+  return out
+end
+
 do
 local idle, rate_bp, window, fleet_window, budget_bp, throttle_k = string.match(ARGV[2],
   '^(%d+),(%d+),(%d+),(%d+),(%d+),([^,]+),')
@@ -138,7 +178,7 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
     redis.call('HSET', S, unpack(w))
     -- REPORT_REPLY of report.lua: status, accepted, changed, created,
     -- revision, phase, now, wake, throttle; no events.
-    return {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, prob, 0}
+    return remember({APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, prob, 0})
   end
 end
 end
