@@ -24,25 +24,22 @@ const (
 
 // Run sweeps on a schedule until ctx ends: every Options.SweepInterval,
 // the replica that holds the sweeper lock (a redislock lock with
-// Options.SweepLockTTL, refreshed each round) runs [Store.Sweep]; the
-// others wait to take over when it lapses. Run it once per replica:
+// Options.SweepLockTTL, kept each round) runs [Store.Sweep]; the others
+// wait to take over when it lapses. Run it once per replica:
 // `go st.Run(ctx)`. It returns nil when ctx ends, releasing the lock.
 func (s *Store) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.sweepEvery)
 	defer tick.Stop()
-	var lock *redislock.Lock
+	lock := s.newSweepLock()
 	defer func() {
-		if lock != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			_ = lock.Release(rctx)
-		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		lock.release(rctx)
 	}()
 	trouble := sweepTrouble{log: slog.Default()}
 	for {
-		var err error
-		lock, err = s.holdSweepLock(ctx, lock)
-		if lock != nil {
+		held, err := lock.hold(ctx)
+		if held {
 			err = s.Sweep(ctx)
 		}
 		if ctx.Err() == nil {
@@ -78,20 +75,47 @@ func (t *sweepTrouble) note(now time.Time, err error) {
 	}
 }
 
-// holdSweepLock refreshes the sweeper lock, or tries to take it, and
-// returns it when held; another replica holding it is no error.
-func (s *Store) holdSweepLock(ctx context.Context, lock *redislock.Lock) (*redislock.Lock, error) {
-	if lock != nil {
-		if err := lock.Refresh(ctx, s.sweepTTL, nil); err == nil {
-			return lock, nil
-		}
-		// Lost (lapsed, or Redis failed over): contend again.
+// sweepLock is one replica's claim on the sweeper lock. It has one token
+// for the replica's life, and every round takes the lock with it: redislock
+// takes a key that is free, and re-takes (with a fresh TTL) a key that
+// holds the same token. So a round whose Redis call failed in transit (an
+// i/o timeout: the refresh or take may or may not have been applied) is
+// followed by one that keeps the lock, and the lock is lost only when its
+// TTL ran out and another replica took it: never on one failed call, which
+// with a new token would be refused by the key, still holding the old one,
+// until it expired (docs/decisions/0036-the-store-answers-what-it-wrote.md).
+type sweepLock struct {
+	locks *redislock.Client
+	ttl   time.Duration
+	token string
+	lock  *redislock.Lock // the last one taken, to release; nil: none
+}
+
+func (s *Store) newSweepLock() *sweepLock {
+	return &sweepLock{locks: s.locks, ttl: s.sweepTTL, token: randomNonce()}
+}
+
+// hold takes or keeps the lock for another TTL and reports whether this
+// replica holds it; another replica holding it is no error.
+func (l *sweepLock) hold(ctx context.Context) (bool, error) {
+	lock, err := l.locks.Obtain(ctx, keys.SweepLock, l.ttl, &redislock.Options{Token: l.token})
+	switch {
+	case errors.Is(err, redislock.ErrNotObtained):
+		l.lock = nil
+		return false, nil
+	case err != nil:
+		// Unknown: the lock may still be ours; the next round says.
+		return false, err
 	}
-	l, err := s.locks.Obtain(ctx, keys.SweepLock, s.sweepTTL, nil)
-	if errors.Is(err, redislock.ErrNotObtained) {
-		return nil, nil
+	l.lock = lock
+	return true, nil
+}
+
+// release gives the lock up (when it is still this replica's).
+func (l *sweepLock) release(ctx context.Context) {
+	if l.lock != nil {
+		_ = l.lock.Release(ctx)
 	}
-	return l, err
 }
 
 // Sweep looks once at every connection whose wake time has come, in every
