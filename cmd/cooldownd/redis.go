@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -126,7 +127,7 @@ func (r redisConfig) client(getenv func(string) string) (redis.UniversalClient, 
 			ContextTimeoutEnabled: true,
 		}), "sentinel " + r.masterName + " via " + r.addrs, nil
 	case r.mode == "cluster":
-		return redis.NewClusterClient(&redis.ClusterOptions{
+		return newHookedCluster(&redis.ClusterOptions{
 			Addrs: addrs, Username: r.username, Password: password, TLSConfig: tlsConf,
 			ContextTimeoutEnabled: true,
 		}), "cluster via " + r.addrs, nil
@@ -170,4 +171,111 @@ func openRedis(ctx context.Context, cfg config, getenv func(string) string, log 
 	}
 	log.Info("using Redis", "redis", desc, "tls", cfg.redis.tls || strings.HasPrefix(cfg.redis.url, "rediss://"))
 	return rdb, func() { _ = rdb.Close() }, nil
+}
+
+// hookedCluster is a Cluster client whose hooks also run on the commands
+// sent to one node's client directly: a durable report's script and WAIT
+// run on a connection of its slot's master (store.Durability, through
+// MasterForKey), which the ClusterClient's own hooks never see. So
+// --redis-timeout bounds them, and the latency histogram and the health
+// log see them, as on single Redis and Sentinel (where a held connection
+// inherits its client's hooks). A command the ClusterClient routes to a
+// node runs each hook once, on the ClusterClient: its node's copies pass
+// it through.
+type hookedCluster struct {
+	*redis.ClusterClient
+	nodes *nodeHooks
+}
+
+// newHookedCluster returns a Cluster client on o whose every node client,
+// from the first, gets the hooks later added with AddHook.
+func newHookedCluster(o *redis.ClusterOptions) *hookedCluster {
+	c := &hookedCluster{ClusterClient: redis.NewClusterClient(o), nodes: &nodeHooks{}}
+	// Before any command: node clients are created on the first one.
+	c.ClusterClient.AddHook(routedHook{})
+	c.OnNewNode(c.nodes.joined)
+	return c
+}
+
+// AddHook adds h to the ClusterClient and to every node client, present
+// and future, for the commands the ClusterClient did not route.
+func (c *hookedCluster) AddHook(h redis.Hook) {
+	c.ClusterClient.AddHook(h)
+	c.nodes.add(h)
+}
+
+// nodeHooks are the hooks of a Cluster's node clients.
+type nodeHooks struct {
+	mu    sync.Mutex
+	nodes []*redis.Client
+	hooks []redis.Hook
+}
+
+// joined gives a new node client the hooks added so far.
+func (n *nodeHooks) joined(node *redis.Client) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.nodes = append(n.nodes, node)
+	for _, h := range n.hooks {
+		node.AddHook(directHook{h})
+	}
+}
+
+// add gives every node client, present and future, h.
+func (n *nodeHooks) add(h redis.Hook) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.hooks = append(n.hooks, h)
+	for _, node := range n.nodes {
+		node.AddHook(directHook{h})
+	}
+}
+
+// routedKey marks the context of a command that the ClusterClient runs,
+// hooks and all, before it reaches a node's client.
+type routedKey struct{}
+
+// routedHook marks every command and pipeline of the ClusterClient.
+type routedHook struct{}
+
+func (routedHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (routedHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return next(context.WithValue(ctx, routedKey{}, true), cmd)
+	}
+}
+
+func (routedHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return next(context.WithValue(ctx, routedKey{}, true), cmds)
+	}
+}
+
+func routed(ctx context.Context) bool { return ctx.Value(routedKey{}) != nil }
+
+// directHook runs its hook on a node client's commands unless the
+// ClusterClient routed them (and ran the hook already).
+type directHook struct{ h redis.Hook }
+
+func (d directHook) DialHook(next redis.DialHook) redis.DialHook { return d.h.DialHook(next) }
+
+func (d directHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	hooked := d.h.ProcessHook(next)
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if routed(ctx) {
+			return next(ctx, cmd)
+		}
+		return hooked(ctx, cmd)
+	}
+}
+
+func (d directHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	hooked := d.h.ProcessPipelineHook(next)
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if routed(ctx) {
+			return next(ctx, cmds)
+		}
+		return hooked(ctx, cmds)
+	}
 }

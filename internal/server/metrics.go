@@ -149,6 +149,7 @@ func (m *Metrics) report(o breaker.Outcome, accepted bool) {
 var redisOps = map[string]bool{
 	"evalsha": true, "eval": true, "script": true, "pipeline": true, "ping": true, "zadd": true, "zrem": true,
 	"zrangebylex": true, "zcard": true, "subscribe": true, "publish": true, "get": true, "set": true, "del": true,
+	"wait": true, // a durable report's WAIT (--wait-replicas)
 }
 
 // ObserveRedis records one Redis round trip of op (a command name such as
