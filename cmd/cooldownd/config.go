@@ -29,6 +29,7 @@ type config struct {
 	logLevel         string
 	logFormat        string
 	idleTTL          time.Duration
+	reportKeyTTL     time.Duration
 	shutdownTimeout  time.Duration
 	history          int
 	policy           breaker.Policy
@@ -82,6 +83,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept (at least this long after its last report, up to 9/8 of it)")
+	fs.DurationVar(&c.reportKeyTTL, "report-key-ttl", store.DefaultReportKeyTTL, "how long a report's idempotency key is remembered: a client's resend within it is answered as the first send and counted once; at least the clients' report queue max age (1m by default)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.history, "history", 50, "transitions kept per connection")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 200*time.Millisecond, "bound of each Redis round trip (a request's shorter deadline wins); keep it under the clients' admit timeout (250ms)")
@@ -228,6 +230,9 @@ func (c config) validate() error {
 	}
 	if c.idleTTL < time.Minute {
 		errs = append(errs, fmt.Errorf("--idle-ttl must be at least 1m, got %s", c.idleTTL))
+	}
+	if c.reportKeyTTL < time.Minute || c.reportKeyTTL > time.Hour {
+		errs = append(errs, fmt.Errorf("--report-key-ttl must be in [1m, 1h] (at least the clients' report queue max age), got %s", c.reportKeyTTL))
 	}
 	if c.history < 1 || c.history > 1000 {
 		errs = append(errs, fmt.Errorf("--history must be in [1, 1000], got %d", c.history))

@@ -14,7 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cooldownd/cooldownd/client"
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/store"
 )
 
 // envOf returns an environment of a fixed map, so the tests never read the real
@@ -43,6 +45,8 @@ func TestParseConfigDefaults(t *testing.T) {
 	assert.Equal(t, "info", c.logLevel)
 	assert.Equal(t, "text", c.logFormat)
 	assert.Equal(t, 24*time.Hour, c.idleTTL)
+	assert.Equal(t, store.DefaultReportKeyTTL, c.reportKeyTTL)
+	assert.GreaterOrEqual(t, c.reportKeyTTL, client.DefaultReportQueueMaxAge, "a resend the queue sends at the end of its report's life still finds the key")
 	assert.Equal(t, 20*time.Second, c.shutdownTimeout)
 	assert.Equal(t, 50, c.history)
 	assert.Equal(t, breaker.DefaultPolicy(), c.policy)
@@ -158,6 +162,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"log level", []string{"--log-level", "loud"}, nil, []string{"--log-level", "loud"}},
 		{"log format", []string{"--log-format", "xml"}, nil, []string{"--log-format", "xml"}},
 		{"idle ttl", []string{"--idle-ttl", "1s"}, nil, []string{"--idle-ttl"}},
+		{"report key ttl under the queue's max age", []string{"--report-key-ttl", "30s"}, nil, []string{"--report-key-ttl", "30s"}},
+		{"report key ttl over an hour", []string{"--report-key-ttl", "2h"}, nil, []string{"--report-key-ttl", "2h"}},
 		{"history", []string{"--history", "0"}, nil, []string{"--history"}},
 		{"shutdown timeout", []string{"--shutdown-timeout", "0s"}, nil, []string{"--shutdown-timeout"}},
 		{"unknown flag", []string{"--colour"}, nil, []string{"colour"}},
@@ -201,7 +207,7 @@ func TestHelp(t *testing.T) {
 				assert.Equal(t, envName(m[1]), m[2])
 				documented[m[1]] = true
 			}
-			names := []string{"addr", "redis-url", "log-level", "log-format", "idle-ttl", "shutdown-timeout", "history"}
+			names := []string{"addr", "redis-url", "log-level", "log-format", "idle-ttl", "report-key-ttl", "shutdown-timeout", "history"}
 			for _, k := range breaker.Knobs() {
 				names = append(names, k.Name)
 				assert.Contains(t, out, "  --"+k.Name+" (env "+envName(k.Name)+`, default "`+k.String(k.Get(breaker.DefaultPolicy()))+"\")\n    \t"+k.Doc+"\n")

@@ -48,11 +48,18 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 		return nil, err
 	}
 	res, err := s.store.Report(ctx, c, rep)
+	if errors.Is(err, store.ErrReportKeyReused) {
+		return nil, errInvalid("idempotency_key", "names a different report already applied: send a new key with each report")
+	}
 	if err != nil {
 		return nil, s.storeError(ctx, "report", err)
 	}
-	s.metrics.report(rep.Outcome, res.Accepted)
-	s.metrics.transitionsOf(res.Events)
+	// A resend (its key named a report already applied) is answered as
+	// the first report was; it was counted then, in the metrics too.
+	if !res.Replayed {
+		s.metrics.report(rep.Outcome, res.Accepted)
+		s.metrics.transitionsOf(res.Events)
+	}
 	return connect.NewResponse(reportProto(res)), nil
 }
 

@@ -44,6 +44,11 @@ const (
 	MaxOverride = 30 * 24 * time.Hour
 	// MaxReporterLen bounds a report's reporter id.
 	MaxReporterLen = 64
+	// MinReportKeyLen and MaxReportKeyLen bound a report's idempotency
+	// key (at least 16 characters: about 96 random bits, so that two
+	// reports of one connection never share a key by chance).
+	MinReportKeyLen = 16
+	MaxReportKeyLen = 64
 )
 
 // errInvalid builds an invalid_argument error naming the field: in its
@@ -153,7 +158,7 @@ func parseReport(tenant string, m *cooldownv1.ReportRequest) (store.Conn, breake
 	if err != nil {
 		return store.Conn{}, breaker.Report{}, err
 	}
-	return store.Conn{Tenant: tenant, ID: id, Label: label}, breaker.Report{
+	return store.Conn{Tenant: tenant, ID: id, Label: label, ReportKey: m.GetIdempotencyKey()}, breaker.Report{
 		Revision: m.GetRevision(), LeaseToken: m.GetLeaseToken(), Outcome: o, RetryAfter: retryAfter,
 		HTTPStatus: int(m.GetHttpStatus()), ErrorCode: m.GetErrorCode(), Count: int64(m.GetCount()),
 		Retry: m.GetRetry(), Reporter: m.GetReporter(),
@@ -186,7 +191,28 @@ func checkReport(m *cooldownv1.ReportRequest) (breaker.Outcome, int64, error) {
 	if n := m.GetCount(); n > 1 && (o != breaker.OutcomeSuccess || m.GetLeaseToken() != "" || n > MaxBatch) {
 		return 0, 0, errInvalid("count", "above 1 only for a success without a lease token, at most %d; got %d", MaxBatch, n)
 	}
+	if err := checkReportKey("idempotency_key", m.GetIdempotencyKey()); err != nil {
+		return 0, 0, err
+	}
 	return o, retryAfter, checkReporter("reporter", m.GetReporter())
+}
+
+// checkReportKey accepts a report's idempotency key: empty, or 16 to 64
+// characters of [A-Za-z0-9_-] (base64url: the key is the last part of a
+// Redis key inside the connection's hash tag, so it holds no brace).
+func checkReportKey(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	ok := len(s) >= MinReportKeyLen && len(s) <= MaxReportKeyLen
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
+	}
+	if !ok {
+		return errInvalid(field, "must be empty or %d to %d characters of [A-Za-z0-9_-], got %d bytes", MinReportKeyLen, MaxReportKeyLen, len(s))
+	}
+	return nil
 }
 
 // checkReporter accepts a reporter id: empty, or 1 to 64 characters of

@@ -94,6 +94,12 @@ func TestValidation(t *testing.T) {
 		{"reporter with a space", report(func(r *cooldownv1.ReportRequest) { r.Reporter = "pod 7" }), "reporter"},
 		{"reporter with a slash", report(func(r *cooldownv1.ReportRequest) { r.Reporter = "ns/pod" }), "reporter"},
 		{"reporter not ASCII", report(func(r *cooldownv1.ReportRequest) { r.Reporter = "prozeß" }), "reporter"},
+		{"idempotency_key too short", report(func(r *cooldownv1.ReportRequest) { r.IdempotencyKey = strings.Repeat("k", 15) }), "idempotency_key"},
+		{"idempotency_key too long", report(func(r *cooldownv1.ReportRequest) { r.IdempotencyKey = strings.Repeat("k", 65) }), "idempotency_key"},
+		{"idempotency_key with a brace", report(func(r *cooldownv1.ReportRequest) { r.IdempotencyKey = "0123456789abcdef}" }), "idempotency_key"},
+		{"idempotency_key with a colon", report(func(r *cooldownv1.ReportRequest) { r.IdempotencyKey = "0123456789:abcdef" }), "idempotency_key"},
+		{"idempotency_key padded base64", report(func(r *cooldownv1.ReportRequest) { r.IdempotencyKey = "AAAAAAAAAAAAAAAAAAAAAA==" }), "idempotency_key"},
+		{"idempotency_key not ASCII", report(func(r *cooldownv1.ReportRequest) { r.IdempotencyKey = "0123456789abcdeß" }), "idempotency_key"},
 		{"more retry entries than candidates", func(ctx context.Context, c clients) error {
 			req := admitReq(ok, newID())
 			req.Msg.Retry = []bool{true, false, true}
