@@ -106,14 +106,21 @@ func (i errorInfo) says(sub string) bool {
 	return strings.Contains(i.typ, sub) || strings.Contains(i.code, sub)
 }
 
+// utf8BOM is the byte-order mark a JSON text may start with (RFC 8259 §8.1).
+var utf8BOM = []byte("\xEF\xBB\xBF")
+
 // parseErrorBody reads an error body. A JSON body is read for error.type,
-// error.code (string or number) and error.status only, in any of the shapes
+// error.code and error.status only (string values; a number never names an
+// error: Gemini's numeric code is its HTTP status), in any of the shapes
 // {"error":{...}}, {"type":"error","error":{...}} (Anthropic) and
-// [{"error":{...}}] (Gemini streams); message texts are never used. A body
+// [{"error":{...}}] (Gemini streams); message texts are never used. A
+// leading UTF-8 byte-order mark is dropped, as RFC 8259 §8.1 lets a parser
+// do and as the TypeScript client's TextDecoder does, and so is the JSON
+// whitespace (space, tab, CR, LF) around the text, nothing else. A body
 // that is not JSON (an HTML page, plain text, a truncated JSON body) only
 // counts as a quota error when it holds the exact token insufficient_quota.
 func parseErrorBody(body []byte) errorInfo {
-	body = bytes.TrimSpace(body)
+	body = bytes.Trim(bytes.TrimPrefix(body, utf8BOM), " \t\r\n")
 	if len(body) == 0 {
 		return errorInfo{}
 	}
@@ -158,16 +165,13 @@ func parseErrorBody(body []byte) errorInfo {
 	return info
 }
 
-// jsonScalar returns a JSON string's value or a JSON number's text; "" for
-// anything else (null, objects, arrays, booleans).
+// jsonScalar returns a JSON string's value; "" for anything else (numbers,
+// null, objects, arrays, booleans). A number's text ("1e2", "429.0") would
+// be read differently by a client that holds it as a double.
 func jsonScalar(raw json.RawMessage) string {
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
-	}
-	var n json.Number
-	if json.Unmarshal(raw, &n) == nil {
-		return n.String()
 	}
 	return ""
 }

@@ -105,10 +105,12 @@ func (r Rules) withDefaults() Rules {
 // Order of precedence for a response: the status sets Outcome and
 // Retryable; a quota or billing body (on 402, 403 or 429) makes it
 // QuotaExhausted and not retryable; on a 5xx or 429, an overloaded body
-// makes it Overloaded and retryable; then x-should-retry overrides
-// Retryable (except for quota and for a 400: a malformed request never
-// succeeds on retry, whatever its body or headers say); then a server
-// delay above MaxServerDelay makes it not retryable and TooLong.
+// makes it Overloaded and retryable (a 400's body changes nothing: a
+// malformed request never succeeds on retry, whatever its body says); then
+// x-should-retry, the server's own word, overrides Retryable for every
+// status, a 400 included, as the providers' SDKs obey it (not for quota);
+// then a server delay above MaxServerDelay makes it not retryable and
+// TooLong. Headers are read as lists of elements (see [ParseRetryAfter]).
 func Classify(r Rules, resp *http.Response, body []byte, err error, ctxErr error) Classification {
 	r = r.withDefaults()
 	var c Classification
@@ -141,12 +143,13 @@ func classifyResponse(r Rules, resp *http.Response, body []byte) Classification 
 	case info.quota != "" && quotaStatus(s):
 		c.Outcome, c.Retryable = OutcomeQuotaExhausted, false
 	case s == http.StatusBadRequest:
-		// The caller's request is wrong: never retried, whatever it says.
+		// The caller's request is wrong: its body never makes it retried
+		// (only x-should-retry, below, can).
 	case (s >= 500 || s == http.StatusTooManyRequests) && info.says("overloaded_error"),
 		s == http.StatusServiceUnavailable && info.says("overload"):
 		c.Outcome, c.Retryable = OutcomeOverloaded, true
 	}
-	if retry, ok := ShouldRetryHeader(resp.Header); ok && c.Outcome != OutcomeQuotaExhausted && s != http.StatusBadRequest {
+	if retry, ok := ShouldRetryHeader(resp.Header); ok && c.Outcome != OutcomeQuotaExhausted {
 		c.Retryable = retry
 	}
 	if d, ok := ServerDelay(resp.Header, r.Now()); ok {

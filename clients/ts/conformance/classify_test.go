@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -29,11 +30,12 @@ import (
 type fixture struct {
 	Now   time.Time `json:"now"`
 	Cases []struct {
-		Name    string            `json:"name"`
-		Status  int               `json:"status"`
-		Headers map[string]string `json:"headers"`
-		Body    *string           `json:"body"`
-		Error   *struct {
+		Name       string              `json:"name"`
+		Status     int                 `json:"status"`
+		Headers    map[string][]string `json:"headers"`
+		Body       *string             `json:"body"`
+		BodyBase64 *string             `json:"body_base64"`
+		Error      *struct {
 			Kind    string `json:"kind"`
 			Errno   string `json:"errno"`
 			Message string `json:"message"`
@@ -66,23 +68,32 @@ func wrapURL(err error) error {
 	return &url.Error{Op: "Post", URL: "https://api.example.com/v1", Err: err}
 }
 
-// header expands the fixture's time placeholders against now.
-func header(t *testing.T, h map[string]string, now time.Time) http.Header {
+// header builds the response header line by line (as a gateway that
+// repeats a field sends it), expanding the fixture's time placeholders
+// against now.
+func header(t *testing.T, h map[string][]string, now time.Time) http.Header {
 	out := http.Header{}
-	for k, v := range h {
-		for _, f := range []struct{ prefix, layout string }{
-			{"@http:", http.TimeFormat}, {"@rfc3339nano:", time.RFC3339Nano}, {"@rfc3339:", time.RFC3339},
-		} {
-			if rest, ok := strings.CutPrefix(v, f.prefix); ok {
-				ms, err := strconv.ParseInt(rest, 10, 64)
-				require.NoError(t, err, v)
-				v = now.Add(time.Duration(ms) * time.Millisecond).UTC().Format(f.layout)
-				break
-			}
+	for k, lines := range h {
+		require.NotEmpty(t, lines, "header %s has no line", k)
+		for _, v := range lines {
+			out.Add(k, expand(t, v, now))
 		}
-		out.Set(k, v)
 	}
 	return out
+}
+
+// expand expands one line's time placeholder against now.
+func expand(t *testing.T, v string, now time.Time) string {
+	for _, f := range []struct{ prefix, layout string }{
+		{"@http:", http.TimeFormat}, {"@rfc3339nano:", time.RFC3339Nano}, {"@rfc3339:", time.RFC3339},
+	} {
+		if rest, ok := strings.CutPrefix(v, f.prefix); ok {
+			ms, err := strconv.ParseInt(rest, 10, 64)
+			require.NoError(t, err, v)
+			return now.Add(time.Duration(ms) * time.Millisecond).UTC().Format(f.layout)
+		}
+	}
+	return v
 }
 
 // ceilMs is d in milliseconds, a remainder rounded up (as the TypeScript
@@ -95,7 +106,7 @@ func TestClassificationFixture(t *testing.T) {
 	require.NoError(t, err)
 	var fx fixture
 	require.NoError(t, json.Unmarshal(raw, &fx))
-	require.GreaterOrEqual(t, len(fx.Cases), 100)
+	require.GreaterOrEqual(t, len(fx.Cases), 150)
 	for _, tc := range fx.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
@@ -111,9 +122,15 @@ func TestClassificationFixture(t *testing.T) {
 			if tc.Status != 0 {
 				resp = &http.Response{StatusCode: tc.Status, Header: header(t, tc.Headers, fx.Now)}
 			}
+			require.False(t, tc.Body != nil && tc.BodyBase64 != nil, "body and body_base64 both set")
 			var body []byte
-			if tc.Body != nil {
+			switch {
+			case tc.Body != nil:
 				body = []byte(*tc.Body)
+			case tc.BodyBase64 != nil:
+				var err error
+				body, err = base64.StdEncoding.DecodeString(*tc.BodyBase64)
+				require.NoError(t, err)
 			}
 			var callErr error
 			if e := tc.Error; e != nil {

@@ -87,13 +87,14 @@ function classifyResponse(r: Required<Rules>, resp: ResponseLike, body: Uint8Arr
     c.outcome = Outcome.QuotaExhausted;
     c.retryable = false;
   } else if (s === 400) {
-    // The caller's request is wrong: never retried, whatever it says.
+    // The caller's request is wrong: its body never makes it retried (only x-should-retry, below, can).
   } else if (((s >= 500 || s === 429) && says(info, "overloaded_error")) || (s === 503 && says(info, "overload"))) {
     c.outcome = Outcome.Overloaded;
     c.retryable = true;
   }
+  // x-should-retry is the server's own word: it outranks the status, a 400's included, as in the SDKs (not quota).
   const retry = shouldRetryHeader(resp.headers);
-  if (retry !== undefined && c.outcome !== Outcome.QuotaExhausted && s !== 400) c.retryable = retry;
+  if (retry !== undefined && c.outcome !== Outcome.QuotaExhausted) c.retryable = retry;
   const d = serverDelay(resp.headers, r.now());
   if (d !== undefined) {
     c.retryAfterMs = d;
@@ -216,18 +217,51 @@ function says(i: ErrorInfo, sub: string): boolean {
   return i.typ.includes(sub) || i.code.includes(sub);
 }
 
+/**
+ * A key as Go's encoding/json folds it to match a field: ASCII case, and the
+ * two non-ASCII letters that fold to ASCII ones (ſ to s, the Kelvin sign to k).
+ */
+function foldKey(k: string): string {
+  return k.replace(/[A-Z]/g, (c) => c.toLowerCase()).replace(/\u017f/g, "s").replace(/\u212a/g, "k");
+}
+
 /** Go's encoding/json matches field names case-insensitively, the last match winning. */
 function field(o: Record<string, unknown>, name: string): unknown {
   let v: unknown;
-  for (const k of Object.keys(o)) if (k.toLowerCase() === name) v = o[k];
+  for (const k of Object.keys(o)) if (foldKey(k) === name) v = o[k];
   return v;
+}
+
+/** Go's encoding/json refuses a text nested deeper than this (arrays and objects). */
+const maxNestingDepth = 10000;
+
+/** Whether text, valid JSON, nests arrays and objects deeper than Go's encoding/json accepts. */
+function tooDeep(text: string): boolean {
+  let depth = 0, inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === "\\") i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"') inString = true;
+    else if (c === "[" || c === "{") {
+      if (++depth > maxNestingDepth) return true;
+    } else if (c === "]" || c === "}") depth--;
+  }
+  return false;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
-const dec = new TextDecoder();
+const dec = new TextDecoder(); // utf-8, one leading BOM dropped, invalid bytes replaced
 
-/** Reads error.type, error.code and error.status of an error body; message texts are never used. */
+/**
+ * Reads error.type, error.code and error.status (string values) of an error
+ * body; message texts are never used. The decoder drops one leading UTF-8
+ * byte-order mark (RFC 8259 §8.1) and replaces invalid UTF-8; then JSON's
+ * whitespace (space, tab, CR, LF) around the text is trimmed, nothing else,
+ * as in the Go client.
+ */
 export function parseErrorBody(body: Uint8Array): ErrorInfo {
   const none: ErrorInfo = { typ: "", code: "", status: "", quota: "" };
   const text = dec.decode(body).replace(/^[ \t\r\n]+|[ \t\r\n]+$/g, "");
@@ -235,6 +269,7 @@ export function parseErrorBody(body: Uint8Array): ErrorInfo {
   let v: unknown;
   try {
     v = JSON.parse(text);
+    if (tooDeep(text)) throw new SyntaxError("nested too deep for Go's encoding/json");
   } catch {
     return hasToken(text, "insufficient_quota") ? { ...none, quota: "insufficient_quota" } : none;
   }
@@ -265,10 +300,9 @@ export function parseErrorBody(body: Uint8Array): ErrorInfo {
   return info;
 }
 
+/** A JSON string's value; "" for anything else (a number never names an error: Gemini's is its HTTP status). */
 function jsonScalar(v: unknown): string {
-  if (typeof v === "string") return v;
-  if (typeof v === "number" && Number.isFinite(v)) return String(v);
-  return "";
+  return typeof v === "string" ? v : "";
 }
 
 function hasToken(s: string, tok: string): boolean {

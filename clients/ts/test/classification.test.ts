@@ -11,7 +11,7 @@ import { outcomeName } from "../src/breaker.js";
 import { repoRoot } from "./helpers.js";
 
 interface Case {
-  name: string; status?: number; headers?: Record<string, string>; body?: string;
+  name: string; status?: number; headers?: Record<string, string[]>; body?: string; body_base64?: string;
   error?: { kind: string; errno?: string; message?: string }; caller?: string;
   rules?: { max_server_delay_ms?: number; max_body_bytes?: number };
   want: Record<string, unknown>;
@@ -33,6 +33,28 @@ function expand(v: string): string {
   if (m[1] === "http") return httpDate(t);
   const iso = new Date(t).toISOString(); // 2025-03-14T12:00:20.000Z
   return m[1] === "rfc3339" ? iso.replace(/\.\d{3}Z$/, "Z") : iso.replace(/\.(\d{3})Z$/, (_, ms: string) => (ms === "000" ? "Z" : `.${ms.replace(/0+$/, "")}Z`));
+}
+
+/** A header line as fetch holds it off the wire: its UTF-8 bytes, one character per byte. */
+function wire(line: string): string {
+  return String.fromCharCode(...new TextEncoder().encode(line));
+}
+
+/** The case's headers, each line appended, so fetch joins repeated lines as it does on the wire. */
+function headersOf(tc: Case): Headers {
+  const headers = new Headers();
+  for (const [k, lines] of Object.entries(tc.headers ?? {})) {
+    assert.ok(Array.isArray(lines) && lines.length > 0, `header ${k} of ${tc.name} is not a list of lines`);
+    for (const v of lines) headers.append(k, wire(expand(v)));
+  }
+  return headers;
+}
+
+function bodyOf(tc: Case): Uint8Array | undefined {
+  assert.ok(tc.body === undefined || tc.body_base64 === undefined, `${tc.name}: body and body_base64 both set`);
+  if (tc.body !== undefined) return new TextEncoder().encode(tc.body);
+  if (tc.body_base64 !== undefined) return new Uint8Array(Buffer.from(tc.body_base64, "base64"));
+  return undefined;
 }
 
 function sysErr(code: string, syscall = "read"): Error {
@@ -65,13 +87,11 @@ function callerReason(c: string | undefined): unknown {
 }
 
 test(`classification: the ${fx.cases.length} cases shared with the Go client`, async (t) => {
-  assert.ok(fx.cases.length >= 100);
+  assert.ok(fx.cases.length >= 150);
   for (const tc of fx.cases) {
     await t.test(tc.name, () => {
-      const headers = new Headers();
-      for (const [k, v] of Object.entries(tc.headers ?? {})) headers.set(k, expand(v));
-      const resp = tc.status ? { status: tc.status, headers } : undefined;
-      const body = tc.body !== undefined ? new TextEncoder().encode(tc.body) : undefined;
+      const resp = tc.status ? { status: tc.status, headers: headersOf(tc) } : undefined;
+      const body = bodyOf(tc);
       const err = tc.error ? buildError(tc.error) : undefined;
       const rules = { now: () => now, maxServerDelayMs: tc.rules?.max_server_delay_ms, maxBodyBytes: tc.rules?.max_body_bytes };
       const got = classify(rules, resp, body, err, callerReason(tc.caller));
