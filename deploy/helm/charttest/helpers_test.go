@@ -36,7 +36,7 @@ const (
 )
 
 // kubeVersion is the cluster version the chart is rendered for; the chart
-// needs at least 1.30 (Chart.yaml kubeVersion).
+// needs at least 1.30 (Chart.yaml kubeVersion, kube_version_test.go).
 var kubeVersion = &chartutil.KubeVersion{Version: "v1.33.0", Major: "1", Minor: "33"}
 
 // serviceMonitor is the part of the Prometheus Operator's ServiceMonitor
@@ -190,6 +190,13 @@ func ciFiles(t *testing.T) []string {
 // and NOTES.txt included) and returns Helm's error unchanged.
 func tryRender(t *testing.T, values map[string]any) (*rendered, error) {
 	t.Helper()
+	return tryRenderAt(t, values, kubeVersion)
+}
+
+// tryRenderAt is tryRender for the cluster version kv; nil renders with
+// Helm's default capabilities, as `helm template` without --kube-version.
+func tryRenderAt(t *testing.T, values map[string]any, kv *chartutil.KubeVersion) (*rendered, error) {
+	t.Helper()
 	cfg := &action.Configuration{Log: func(string, ...any) {}}
 	install := action.NewInstall(cfg)
 	install.DryRun = true
@@ -198,7 +205,7 @@ func tryRender(t *testing.T, values map[string]any) (*rendered, error) {
 	install.Replace = true
 	install.ReleaseName = releaseName
 	install.Namespace = namespace
-	install.KubeVersion = kubeVersion
+	install.KubeVersion = kv
 	if values == nil {
 		values = map[string]any{}
 	}
