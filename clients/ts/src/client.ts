@@ -24,7 +24,7 @@ import { Health } from "./health.js";
 import { LastWords } from "./lastword.js";
 import { consoleLogger, type Logger } from "./log.js";
 import { DefaultMirrorIntervalMs, Mirror, type MirrorStats, type MirrorTicket } from "./mirror.js";
-import { MaxSaltLen, MinSaltLen, idHex } from "./keys.js";
+import { MaxSaltLen, MinSaltLen } from "./keys.js";
 import {
   DefaultReportQueueMaxAgeMs, DefaultReportQueueSize, QueueBackoffBaseMs, QueueBackoffCapMs, ReportQueue,
   remainingHint, type PendingReport, type QueueStats,
@@ -370,7 +370,7 @@ export class Client {
     this.current = randN(this.endpoints.length);
     this.health = new Health(pos(opts.degradeAfter, DefaultDegradeAfter), pos(opts.degradeWindowMs, DefaultDegradeWindowMs),
       pos(opts.serviceRetryMs, DefaultServiceRetryMs), this.endpoints.length, failMode === "open" ? "fail_open" : "fail_closed",
-      this.log, () => this.local.clear());
+      this.log, () => this.mirror?.outage(), () => this.local.clear());
     this.queue = new ReportQueue(pos(opts.reportQueueSize, DefaultReportQueueSize), pos(opts.reportQueueMaxAgeMs, DefaultReportQueueMaxAgeMs));
     if (opts.mirror) {
       const intervalMs = pos(typeof opts.mirror === "object" ? opts.mirror.intervalMs : undefined, DefaultMirrorIntervalMs);
@@ -392,7 +392,7 @@ export class Client {
     const r = await this.call("report", undefined, (rpc, o) => rpc.report(req, o));
     if (r.kind === "ok") {
       this.health.success();
-      this.mirror?.throttled(conn.idHex, r.value!.throttleProbability);
+      this.mirror?.reportAnswer(conn, r.value!);
     } else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) {
       this.enqueue(req, 0);
     }
@@ -477,7 +477,7 @@ export class Client {
     const retry = retries(cands, opts.sent);
     let ticket: MirrorTicket | undefined;
     if (this.mirror) {
-      const rev = this.mirror.admit(cands[0]!, retry?.[0] ?? false, this.now());
+      const rev = this.mirror.admit(cands[0]!, retry?.[0] ?? false, this.health.isDegraded(), this.now());
       if (rev !== undefined) {
         return { index: 0, conn: cands[0]!, decision: Decision.Allow, revision: rev, leaseToken: "", leaseExpires: 0,
           retryAfterMs: 0, reason: DenyReason.None, local: false, mirrored: true, retry: false, shadowReason: DenyReason.None,
@@ -540,6 +540,9 @@ export class Client {
     if (!(a.conn instanceof Conn)) throw new InvalidConnError("zero Conn");
     if (cl.outcome < Outcome.Success || cl.outcome > Outcome.Canceled) throw new Error(`client: report: invalid outcome ${outcomeName(cl.outcome)}`);
     const retry = a.retry ?? false;
+    // A report that says the connection is not healthy takes it out of the
+    // mirror at once, whether cooldownd takes it or not.
+    this.mirror?.reported(a.conn, a.local ? (this.revs.get(a.conn.idHex) ?? 0n) : a.revision, cl);
     if (a.local) {
       if (informs(cl)) this.enqueue(this.reportRequest(a.conn, this.revs.get(a.conn.idHex) ?? 0n, "", retry, cl), reportDelay(cl));
       return this.localReport(a, cl, false);
@@ -562,7 +565,7 @@ export class Client {
       case "ok":
         this.health.success();
         this.see(a.conn, r.value!.revision);
-        this.mirror?.throttled(a.conn.idHex, r.value!.throttleProbability);
+        this.mirror?.reportAnswer(a.conn, r.value!);
         // A shadow policy's open is computed, not enforced: the next admit
         // allows this connection again, so it is no reason to switch
         // candidates at once, nor a word for the in-process fallback.
@@ -703,7 +706,7 @@ export class Client {
       if (r.kind === "ok") {
         this.queue.settled(true);
         this.health.success();
-        if (req.connection && req.connection.id.length === 32) this.mirror?.throttled(idHex(req.connection.id), r.value!.throttleProbability);
+        if (req.connection && req.connection.id.length === 32) this.mirror?.reportAnswer(new Conn(req.connection.id, req.connection.label), r.value!);
         backoff = QueueBackoffBaseMs;
         continue;
       }

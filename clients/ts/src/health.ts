@@ -20,6 +20,8 @@ export class Health {
     private readonly endpoints: number,
     private readonly failMode: string,
     private readonly log: Logger,
+    /** The client degrades: calls are decided in-process (the mirror is emptied). */
+    private readonly onDown: () => void,
     private readonly onUp: () => void,
   ) {}
 
@@ -53,6 +55,7 @@ export class Health {
     this.degraded = true;
     this.nextTry = now + this.everyMs;
     this.outages++;
+    this.onDown();
     this.log.warn("cooldownd unreachable; deciding in-process until it answers again", {
       op, code, consecutive_failures: this.fails, fail_mode: this.failMode,
       error: err instanceof Error ? err.message : String(err),

@@ -11,7 +11,7 @@ import { idHex } from "./keys.js";
 import type { Conn } from "./conn.js";
 import type { Logger } from "./log.js";
 import { QueueBackoffBaseMs, QueueBackoffCapMs } from "./queue.js";
-import { Decision, DenyReason } from "./breaker.js";
+import { Decision, DenyReason, Outcome } from "./breaker.js";
 
 /** How long a mirrored entry admits without cooldownd confirming it. */
 export const MirrorMaxAgeMs = 30_000;
@@ -41,9 +41,62 @@ export interface MirrorHost {
 interface Entry { conn: Conn; rev: bigint; seenAt: number; }
 
 /**
+ * This process heard the connection is not healthy: a report of its own (a
+ * failure, a server delay) or cooldownd's answer to one (not closed, or a
+ * newer revision than the mirror held). It is not mirrored until cooldownd
+ * says it is closed again: an Admit answer sent after the mark at rev or
+ * newer, or an event at minEvent or newer. An event needs a revision past
+ * the one a failure was seen under, since the event of that revision may
+ * arrive late; an answer sent after the mark is cooldownd's word after the
+ * failure. The Go client's sickMark.
+ */
+interface SickMark { conn: Conn; heat: number; rev: bigint; minEvent: bigint; }
+
+/** What the mirror needs of a report of this process. */
+export interface MirrorReport { outcome: Outcome; retryAfterMs: number; proactiveMs: number; }
+
+/** What the mirror needs of cooldownd's answer to a report. */
+export interface MirrorReportAnswer { state: WireState; revision: bigint; throttleProbability: number; }
+
+/**
+ * Whether a report of this process says its connection is not healthy: a
+ * failure, a server delay hint (on any outcome, a success's proactive
+ * cooldown included), quota or auth. The caller's fault and a cancel say
+ * nothing of the connection.
+ */
+export function unhealthy(r: MirrorReport): boolean {
+  switch (r.outcome) {
+    case Outcome.TransientFailure: case Outcome.RateLimited: case Outcome.Overloaded:
+    case Outcome.QuotaExhausted: case Outcome.AuthFailure:
+      return true;
+  }
+  return r.retryAfterMs > 0 || r.proactiveMs > 0;
+}
+
+const big = (a: bigint, b: bigint) => (a > b ? a : b);
+
+/**
+ * Waits ms, or until signal aborts; the listener goes when the wait ends
+ * either way (one per reconnect would pile up on the client's close signal).
+ */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
+/**
  * What the mirror was when an Admit went to cooldownd: its answer is learned
- * only if neither the stream went down nor the connection's throttle was
- * seen on meanwhile.
+ * only if neither the stream went down, nor the client degraded, nor the
+ * connection's throttle was seen on or a report of this process said it is
+ * not healthy, meanwhile.
  */
 export interface MirrorTicket { epoch: number; heat: number; }
 
@@ -60,6 +113,7 @@ export class Mirror {
   private heat = 0;
   /** Connections last seen throttled, with the heat then. */
   private hot = new Map<string, number>();
+  private sick = new Map<string, SickMark>();
   private admits = 0;
   private batched = 0;
   private batches = 0;
@@ -82,13 +136,14 @@ export class Mirror {
   }
 
   /**
-   * Admits a call to conn when the stream is live, cooldownd last said the
-   * connection is closed and healthy, and the call is a first attempt there:
-   * a retry is always cooldownd's to decide (the fleet's retry budget).
+   * Admits a call to conn when the stream is live, the client is not
+   * degraded (then every call is decided in-process), cooldownd last said
+   * the connection is closed and healthy, and the call is a first attempt
+   * there: a retry is always cooldownd's to decide (the fleet's retry budget).
    */
-  admit(conn: Conn, retry: boolean, now: number): bigint | undefined {
+  admit(conn: Conn, retry: boolean, degraded: boolean, now: number): bigint | undefined {
     const e = this.entries.get(conn.idHex);
-    if (retry || !this.live || !e || now - e.seenAt > MirrorMaxAgeMs) return undefined;
+    if (retry || degraded || !this.live || !e || now - e.seenAt > MirrorMaxAgeMs) return undefined;
     this.admits++;
     return e.rev;
   }
@@ -102,8 +157,10 @@ export class Mirror {
    * Takes cooldownd's answer to an Admit sent with ticket t: a closed,
    * allowed connection whose throttle is off (probability 0) and whose
    * policy would not have denied the call is mirrored, unless an event
-   * already showed a newer revision, the stream went down meanwhile, or a
-   * throttle above 0 was seen for it after t was taken.
+   * already showed a newer revision, the stream went down or the client
+   * degraded meanwhile, a throttle above 0 was seen for it after t was
+   * taken, or it is marked not healthy and the answer is older than the
+   * mark or its revision.
    */
   learn(a: MirrorAnswer, state: WireState, throttle: number, t: MirrorTicket, now: number): void {
     const id = a.conn.idHex;
@@ -121,13 +178,70 @@ export class Mirror {
       if (h > t.heat) return; // an answer older than the throttle seen since
       this.hot.delete(id); // cooldownd answered again with 0
     }
+    const s = this.sick.get(id);
+    if (s !== undefined) {
+      if (s.heat > t.heat || a.revision < s.rev) return;
+      this.sick.delete(id); // closed again, cooldownd says after the mark
+    }
     if (this.entries.size >= maxMirrored) this.entries.clear();
     this.entries.set(id, { conn: a.conn, rev: a.revision, seenAt: now });
   }
 
-  /** Takes the throttle probability of a Report answer for id: above 0, no local admits until an Admit answer says 0. */
-  throttled(id: string, p: number): void {
-    if (p > 0) this.sawThrottle(id);
+  /**
+   * Takes a report of this process on conn, for a call admitted under rev,
+   * before it is sent: one that says the connection is not healthy takes it
+   * out of the mirror at once, whether cooldownd takes the report or not,
+   * until cooldownd says it is closed again.
+   */
+  reported(conn: Conn, rev: bigint, r: MirrorReport): void {
+    if (!unhealthy(r)) return;
+    rev = big(rev, this.evRev.get(conn.idHex) ?? 0n);
+    const e = this.entries.get(conn.idHex);
+    if (e) rev = big(rev, e.rev);
+    this.sicken(conn, rev, rev + 1n);
+  }
+
+  /**
+   * Takes cooldownd's answer to a report of this process on conn (direct,
+   * batched or queued): a throttle above 0 stops the local admits until an
+   * Admit answer says 0 again; a state not closed, or a revision newer than
+   * the mirror's entry (the state moved on without this process hearing of
+   * it), takes the connection out until cooldownd says it is closed at that
+   * revision or newer. An answer older than what an event or the entry
+   * showed says nothing.
+   */
+  reportAnswer(conn: Conn, r: MirrorReportAnswer): void {
+    const id = conn.idHex;
+    const e = this.entries.get(id);
+    let known = this.evRev.get(id) ?? 0n;
+    if (e) known = big(known, e.rev);
+    if (r.throttleProbability > 0) this.sawThrottle(id);
+    if (r.revision < known) return;
+    if (r.state !== WireState.CLOSED || (e !== undefined && r.revision > e.rev) || this.sick.has(id)) {
+      this.sicken(conn, r.revision, r.revision);
+    }
+  }
+
+  /** Marks conn not healthy (or raises its mark): its entry goes, and answers to Admits sent before now teach nothing. */
+  private sicken(conn: Conn, rev: bigint, minEvent: bigint): void {
+    const id = conn.idHex;
+    this.entries.delete(id);
+    const s = this.sick.get(id);
+    if (!s && this.sick.size >= maxMirrored) {
+      // Forgetting marks would let an answer older than a failure mirror
+      // the connection: forget every entry and ticket too.
+      this.sick.clear();
+      this.entries.clear();
+      this.epoch++;
+    }
+    this.heat++;
+    this.sick.set(id, { conn, heat: this.heat, rev: big(s?.rev ?? 0n, rev), minEvent: big(s?.minEvent ?? 0n, minEvent) });
+  }
+
+  /** Takes the client's degradation: the mirror vouches for nothing it learned before, and answers to Admits sent before teach nothing. */
+  outage(): void {
+    this.epoch++;
+    this.entries.clear();
   }
 
   /** A throttle above 0 for id: its entry goes, and answers to Admits sent before now teach nothing. */
@@ -160,9 +274,19 @@ export class Mirror {
       this.sawThrottle(id);
       return;
     }
+    const healthy = st.state === WireState.CLOSED && st.override === WireOverride.UNSPECIFIED;
+    const s = this.sick.get(id);
+    if (s !== undefined) {
+      if (!healthy || rev < s.minEvent || this.hot.has(id) || !this.live) return;
+      // Closed again at a revision past the mark: mirrored again.
+      this.sick.delete(id);
+      if (this.entries.size >= maxMirrored) this.entries.clear();
+      this.entries.set(id, { conn: s.conn, rev, seenAt: now });
+      return;
+    }
     const e = this.entries.get(id);
     if (!e) return;
-    if (st.state === WireState.CLOSED && st.override === WireOverride.UNSPECIFIED) {
+    if (healthy) {
       e.rev = rev;
       e.seenAt = now;
       return;
@@ -170,7 +294,16 @@ export class Mirror {
     this.entries.delete(id);
   }
 
-  private down(): void {
+  /** The stream's first message: the subscription is live. */
+  up(): void {
+    this.live = true;
+  }
+
+  /**
+   * The stream ended: the mirror forgets everything it vouched for (the
+   * marks of connections not healthy stay: they are this process's own word).
+   */
+  down(): void {
     this.live = false;
     this.epoch++;
     this.entries.clear();
@@ -201,10 +334,7 @@ export class Mirror {
       }
       const d = backoff / 2 + Math.floor(Math.random() * (backoff / 2 + 1));
       backoff = Math.min(2 * backoff, QueueBackoffCapMs);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, d);
-        closed.addEventListener("abort", () => { clearTimeout(t); resolve(); }, { once: true });
-      });
+      await pause(d, closed);
       if (err === undefined) backoff = QueueBackoffBaseMs;
     }
   }
@@ -219,7 +349,7 @@ export class Mirror {
       for await (const msg of rpc.watchConnections({}, { signal: ctl.signal })) {
         clearTimeout(quiet);
         quiet = setTimeout(() => ctl.abort(), MirrorSilenceMs);
-        this.live = true; // the first message, a heartbeat, says the subscription is live
+        this.up(); // the first message, a heartbeat, says the subscription is live
         if (msg.connection) this.event(msg.connection, this.host.now());
       }
     } finally {
