@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"log/slog"
 	"sync"
 	"time"
@@ -25,7 +27,20 @@ const (
 	queueBackoffCap  = 5 * time.Second
 )
 
-// pendingReport is a report cooldownd has not accepted yet.
+// newReportKey returns a report's idempotency key
+// (ReportRequest.idempotency_key): 16 random bytes, unpadded base64url
+// (22 characters). A report keeps it in every resend, so cooldownd, which
+// remembers it for at least the queue's default max age, answers a resend
+// as it answered the first send and counts the report once.
+func newReportKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// pendingReport is a report cooldownd has not accepted yet: the request
+// is kept as built, with its idempotency key, and sent again as is (only
+// its delay shrinks, see request).
 type pendingReport struct {
 	req      *cooldownv1.ReportRequest
 	hint     time.Duration // the report's delay as observed

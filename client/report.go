@@ -122,15 +122,19 @@ func informs(cl Classification) bool {
 	return false
 }
 
-// reportRequest builds the wire report, from this client's reporter.
+// reportRequest builds the wire report, from this client's reporter, with
+// a fresh idempotency key: every send of this request (the first try,
+// another endpoint, the report queue's resends) carries it, so cooldownd
+// counts the report once however many of its answers are lost.
 func (c *Client) reportRequest(conn Conn, rev uint64, lease string, retry bool, cl Classification) *cooldownv1.ReportRequest {
 	req := &cooldownv1.ReportRequest{
 		Connection: wireConn(conn), Revision: rev, LeaseToken: lease,
-		Outcome:    cooldownv1.Outcome(cl.Outcome),
-		HttpStatus: uint32(max(cl.HTTPStatus, 0)),
-		ErrorCode:  cl.ErrorCode,
-		Retry:      retry,
-		Reporter:   c.cfg.reporter,
+		Outcome:        cooldownv1.Outcome(cl.Outcome),
+		HttpStatus:     uint32(max(cl.HTTPStatus, 0)),
+		ErrorCode:      cl.ErrorCode,
+		Retry:          retry,
+		Reporter:       c.cfg.reporter,
+		IdempotencyKey: newReportKey(),
 	}
 	if d := reportDelay(cl); d > 0 {
 		req.RetryAfter = durationpb.New(d)
