@@ -1055,10 +1055,16 @@ function reportDelay(cl: Classification): number {
   return Math.min(Math.max(cl.retryAfterMs, cl.proactiveMs), MaxHintMs);
 }
 
+/**
+ * The wire report of one call, with a fresh idempotency key (16 random
+ * bytes, unpadded base64url, as the Go client's): every send of it (the
+ * first try, another endpoint, the report queue's resends) carries it, so
+ * cooldownd counts the report once however many of its answers are lost.
+ */
 function reportRequest(conn: Conn, rev: bigint, lease: string, cl: Classification): ReportRequest {
   const req = create(ReportRequestSchema, {
     connection: wireConn(conn), revision: rev, leaseToken: lease, outcome: cl.outcome as number,
-    httpStatus: Math.max(cl.httpStatus, 0), errorCode: cl.errorCode,
+    httpStatus: Math.max(cl.httpStatus, 0), errorCode: cl.errorCode, idempotencyKey: randomBytes(16).toString("base64url"),
   });
   const d = reportDelay(cl);
   if (d > 0) req.retryAfter = durationFromMs(d);

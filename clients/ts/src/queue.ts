@@ -1,7 +1,7 @@
 // The report queue of the Go client (client/queue.go): reports cooldownd
 // did not take at once, bounded, leased first, the oldest non-lease
 // dropped first, none older than maxAge; a delayed hint carries only what
-// is left of it.
+// is left of it; every resend carries the report's idempotency key.
 
 import { Outcome } from "./breaker.js";
 import type { ReportRequest } from "./gen/v1/cooldown_pb.js";
@@ -11,7 +11,11 @@ export const DefaultReportQueueMaxAgeMs = 60_000;
 export const QueueBackoffBaseMs = 100;
 export const QueueBackoffCapMs = 5_000;
 
-/** A report cooldownd has not accepted yet. */
+/**
+ * A report cooldownd has not accepted yet: the request is kept as built,
+ * with its idempotency key, and sent again as is (only its delay shrinks,
+ * see remainingHint), so cooldownd counts it once.
+ */
 export interface PendingReport {
   req: ReportRequest;
   /** The report's delay as observed, ms. */
