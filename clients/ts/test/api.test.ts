@@ -14,7 +14,9 @@ interface ApiReportTool {
   baseline(): string;
   differences(want: string, got: string): string;
 }
-const tool = (await import(pathToFileURL(join(tsRoot, "tools", "api-report.mjs")).href)) as ApiReportTool;
+const tool = (await import(pathToFileURL(join(tsRoot, "tools", "api-report.mjs")).href).catch((e: Error) => {
+  throw new Error(`tools/api-report.mjs: ${e.message} (a node_modules older than package-lock.json? run npm ci in clients/ts)`);
+})) as ApiReportTool;
 
 /** The declarations tsc emitted for this run (npm test and make test-ts build them into build/src). */
 const built = join(tsRoot, "build", "src");
