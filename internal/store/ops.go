@@ -51,8 +51,8 @@ type Decision struct {
 // Admit decides whether one call to c may go now: one round trip (two
 // for a connection that does not exist yet while the tenant has a cap).
 // It writes nothing on a healthy connection and never creates one; for a
-// connection that could not be created because the tenant is at its cap
-// it returns [ErrTooManyConnections], as Report would.
+// connection it admits that could not be created because the tenant is at
+// its cap it returns [ErrTooManyConnections], as Report would.
 func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
 	_, ds, err := s.AdmitFirst(ctx, []Conn{c})
 	if err != nil {
@@ -71,7 +71,10 @@ func (s *Store) Admit(ctx context.Context, c Conn) (Decision, error) {
 // admitted, each later one peeked at, see admit.lua), and one more round
 // only when a candidate after the first needs a write to be decided (a
 // probe to grant, a timed transition to apply): the round then starts at
-// that candidate.
+// that candidate. It returns [ErrTooManyConnections] only when the
+// candidate it admits has no state and its tenant is at its cap: that one
+// was granted nothing, nor was any before it (all denied), so the answer
+// never leaves a probe lease that nobody was told of.
 func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, error) {
 	if len(cands) == 0 {
 		return 0, nil, nil
@@ -98,14 +101,17 @@ func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, 
 	for i, a := range out {
 		ds[i] = a.Decision
 		s.scheduled(ctx, cands[i].Tenant, cands[i].layout(), len(a.Events), a.wake)
-		// Only the last candidate may not exist: one with no state is
-		// closed, so it is admitted.
-		if !a.exists && s.maxConns > 0 {
-			if err := s.mayExist(ctx, cands[i]); err != nil {
-				return 0, nil, err
-			}
-		}
 		if a.Decision.Decision != breaker.Deny {
+			// Only the admitted candidate may be refused at the cap: the
+			// script granted nothing to one without state, nor past it.
+			// A denied one without state (a retry past the budget) was
+			// granted nothing either, and a later candidate may hold a
+			// probe lease that the answer must carry.
+			if !a.exists && s.maxConns > 0 {
+				if err := s.mayExist(ctx, cands[i]); err != nil {
+					return 0, nil, err
+				}
+			}
 			return i, ds, nil
 		}
 		if a.RetryAfter < ds[best].RetryAfter {
@@ -321,13 +327,16 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		}
 		return status, nil
 	})
-	if err == nil {
-		err = s.awaitReplicas(ctx, sc, res.Events)
-	}
 	if err != nil {
 		return ReportResult{}, err
 	}
+	// Scheduled before the wait for replicas: a report they did not
+	// acknowledge was applied on the master all the same, and its open
+	// must end on time.
 	s.scheduled(ctx, c.Tenant, l, len(res.Events), wake)
+	if err := s.awaitReplicas(ctx, sc, res.Events); err != nil {
+		return ReportResult{}, err
+	}
 	return res, nil
 }
 
