@@ -17,8 +17,13 @@
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
 WORKDIR /src
-# Module downloads are a layer of their own: they change less often than the code.
+# Module downloads are a layer of their own: they change less often than the code. The root
+# module requires the lean client modules through replace directives (decision 0040).
 COPY go.mod go.sum ./
+COPY api/go.mod api/go.sum api/
+COPY client/go.mod client/go.sum client/
+COPY internal/breaker/go.mod internal/breaker/go.sum internal/breaker/
+COPY internal/keys/go.mod internal/keys/go.sum internal/keys/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS TARGETARCH

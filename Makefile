@@ -1,12 +1,20 @@
 # The one task runner. `make test` is the README's test command and what CI runs.
 BUF := npx --yes @bufbuild/buf@1.75.0
 GO_TEST_FLAGS ?= -race -count=1 -timeout 15m
+# LEAN_MODULES are the Go modules a consumer of the client imports, each with
+# its own go.mod (docs/decisions/0040-lean-client-module.md); the root module
+# (server, binaries, harnesses) requires them through replace directives.
+# `./...` at the root does not reach them: every Go target runs them too.
+LEAN_MODULES := api client internal/breaker internal/keys
+# staticcheck, built once from the root module's pinned tool, runs in every module.
+STATICCHECK := $(CURDIR)/bin/tools/staticcheck
 
 .PHONY: test preflight stress chaos generate check-generate lint fuzz bench bench-go storm build
 
 ## test: run the whole test suite (unit, real-Redis integration, e2e).
 test: preflight
 	go test $(GO_TEST_FLAGS) ./...
+	@for m in $(LEAN_MODULES); do echo "go -C $$m test ./..."; go -C $$m test $(GO_TEST_FLAGS) ./... || exit 1; done
 	go test -tags integration $(GO_TEST_FLAGS) ./test/...
 	go -C deploy/helm/charttest test -count=1 ./...
 	$(MAKE) helm-check
@@ -38,7 +46,7 @@ STRESS_COUNT ?= 20
 ## (STRESS_COUNT, 20 by default; CI runs a smaller count). A flaky test is a
 ## failing test.
 stress: preflight
-	go test -race -count=$(STRESS_COUNT) -timeout 30m ./client/...
+	go -C client test -race -count=$(STRESS_COUNT) -timeout 30m ./...
 	go test -tags integration -race -count=$$(( ($(STRESS_COUNT) + 3) / 4 )) -timeout 30m ./test/...
 
 # GENERATED are the checked-in files (and directories) make generate writes.
@@ -59,7 +67,11 @@ check-generate: generate
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go'))"; test -z "$$out" || { echo "gofmt -w these files:"; echo "$$out"; exit 1; }
 	go vet ./...
-	go tool staticcheck ./...
+	@for m in $(LEAN_MODULES); do echo "go -C $$m vet ./..."; go -C $$m vet ./... || exit 1; done
+	go build -o $(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
+	$(STATICCHECK) ./...
+	@for m in $(LEAN_MODULES); do echo "staticcheck in $$m"; (cd $$m && $(STATICCHECK) ./...) || exit 1; done
+	@for m in . $(LEAN_MODULES); do (cd $$m && go mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy in $$m"; exit 1; }; done
 	$(BUF) lint
 
 # HELM is the helm the README names, pinned in its own module (tools/helm/go.mod) so that helm's
@@ -86,9 +98,10 @@ FUZZTIME ?= 10s
 ## fuzz: run every fuzz target briefly (FUZZTIME each) on its checked-in corpus and new inputs.
 fuzz:
 	@grep -rHoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+' . | sort -u | while IFS=: read -r file fn; do \
-		t=$${fn#func }; pkg=$$(dirname $$file); \
+		t=$${fn#func }; pkg=$$(dirname $$file); mod=$$pkg; \
+		while [ ! -f $$mod/go.mod ]; do mod=$$(dirname $$mod); done; \
 		echo "fuzz $$t in $$pkg"; \
-		go test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s $$pkg || exit 1; \
+		go -C $$mod test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s .$${pkg#$$mod} || exit 1; \
 	done
 
 ## bench: the short benchmark command (under a minute): its own redis-server and
@@ -99,6 +112,7 @@ bench:
 ## bench-go: run the Go benchmarks (real Redis) and print their figures.
 bench-go:
 	go test -run='^$$' -bench=. -benchmem ./...
+	@for m in $(LEAN_MODULES); do go -C $$m test -run='^$$' -bench=. -benchmem ./... || exit 1; done
 
 ## chaos: the fault run with checked histories (about 2 minutes; see docs/reliability.md).
 chaos:

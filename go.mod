@@ -1,6 +1,6 @@
 module github.com/cooldownd/cooldownd
 
-go 1.26.8
+go 1.26.0
 
 require (
 	connectrpc.com/connect v1.21.1
@@ -12,6 +12,10 @@ require (
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
 	github.com/bsm/redislock v0.9.4
 	github.com/chromedp/chromedp v0.23.0
+	github.com/cooldownd/cooldownd/api v0.0.0-00010101000000-000000000000
+	github.com/cooldownd/cooldownd/client v0.0.0-00010101000000-000000000000
+	github.com/cooldownd/cooldownd/internal/breaker v0.0.0-00010101000000-000000000000
+	github.com/cooldownd/cooldownd/internal/keys v0.0.0-00010101000000-000000000000
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
@@ -63,4 +67,13 @@ tool (
 	connectrpc.com/connect/cmd/protoc-gen-connect-go
 	google.golang.org/protobuf/cmd/protoc-gen-go
 	honnef.co/go/tools/cmd/staticcheck
+)
+
+// The lean modules a consumer imports (docs/decisions/NNNN-lean-client-module.md):
+// developed here together, published with their own tags.
+replace (
+	github.com/cooldownd/cooldownd/api => ./api
+	github.com/cooldownd/cooldownd/client => ./client
+	github.com/cooldownd/cooldownd/internal/breaker => ./internal/breaker
+	github.com/cooldownd/cooldownd/internal/keys => ./internal/keys
 )

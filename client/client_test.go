@@ -15,8 +15,6 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/keys"
-	"github.com/cooldownd/cooldownd/internal/server"
 )
 
 func TestNew(t *testing.T) {
@@ -232,22 +230,15 @@ func TestTokenSent(t *testing.T) {
 	assert.Equal(t, "Bearer t0ken", auth.Load())
 }
 
-// tokens is a test authenticator: token → client of the default tenant.
-type tokens map[string]bool
-
-func (ts tokens) Authenticate(tok string) (server.Identity, bool) {
-	return server.Identity{Tenant: keys.DefaultTenant, Role: server.RoleClient, Name: "test"}, ts[tok]
-}
-
 func TestTokenAuth(t *testing.T) {
 	t.Parallel()
-	cd := startCooldowndAuth(t, fastPolicy(), tokens{"good-token": true})
+	cd := startCooldowndAuth(t, fastPolicy(), tokens{"good-token-0123456789": true})
 	tests := []struct {
 		name    string
 		opts    []Option
 		wantErr bool
 	}{
-		{name: "valid token", opts: []Option{WithToken("good-token")}},
+		{name: "valid token", opts: []Option{WithToken("good-token-0123456789")}},
 		{name: "wrong token", opts: []Option{WithToken("bad-token")}, wantErr: true},
 		{name: "no token", wantErr: true},
 	}

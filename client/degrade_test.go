@@ -17,7 +17,6 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
-	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // isRPC reports whether r calls the CooldownService method m.
@@ -234,7 +233,7 @@ func TestRefusalsNeverFailOpen(t *testing.T) {
 func TestEndpointsFailover(t *testing.T) {
 	t.Parallel()
 	a := startCooldownd(t, fastPolicy())
-	b := &cooldownd{servertest.Start(t, servertest.WithStore(a.Store))}
+	b := a.replica(t)
 	prov := newProvider(t)
 	c := newClient(t, a.URL+", "+b.URL, WithServiceRetry(10*time.Millisecond))
 	cn := conn(t, c, prov.URL, "key-ha", "")

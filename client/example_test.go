@@ -11,14 +11,12 @@ import (
 	"time"
 
 	"github.com/cooldownd/cooldownd/client"
-	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // example is what each example runs against: cooldownd in-process on an
 // embedded Redis (as `go run ./cmd/cooldownd` runs it), a fake OpenAI, and
 // a client guarding one connection to it.
 type example struct {
-	server   *servertest.Server
 	provider *httptest.Server // the fake OpenAI
 	calls    *atomic.Int64    // the provider's calls
 	client   *client.Client
@@ -33,14 +31,14 @@ const apiKey = "sk-example"
 // startExample starts an example whose provider answers with statuses in
 // turn, then 200. On an error it prints it and returns nil.
 func startExample(statuses ...int) *example {
-	s, err := servertest.Run()
+	url, stop, err := client.RunCooldowndForExample()
 	if err != nil {
 		fmt.Println(err)
 		return nil
 	}
-	e := &example{server: s, closers: []func(){s.Close}}
+	e := &example{closers: []func(){stop}}
 	e.provider, e.calls = e.fakeProvider("openai", statuses...)
-	e.client, err = client.New(s.URL, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
+	e.client, err = client.New(url, client.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
 		client.WithAdmitTimeout(5*time.Second)) // generous: the example's cooldownd shares a busy machine
 	if err == nil {
 		e.closers = append(e.closers, func() { _ = e.client.Close() })

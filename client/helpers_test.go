@@ -12,16 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cooldownd/cooldownd/internal/logtest"
-
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/server"
-	"github.com/cooldownd/cooldownd/internal/servertest"
 )
 
 // fastPolicy is a policy with sub-second durations, for tests against a
@@ -35,22 +31,6 @@ func fastPolicy() breaker.Policy {
 	p.Jitter = 0
 	p.RateLimitCooldown = 200 * time.Millisecond
 	return p
-}
-
-// cooldownd is a real in-process cooldownd (internal/server on a store on
-// miniredis) served over h2c, with every request's bytes recorded.
-type cooldownd struct{ *servertest.Server }
-
-// startCooldownd starts a cooldownd with policy p, closed at cleanup.
-func startCooldownd(t testing.TB, p breaker.Policy) *cooldownd {
-	t.Helper()
-	return startCooldowndAuth(t, p, nil)
-}
-
-// startCooldowndAuth starts a cooldownd that authenticates with auth.
-func startCooldowndAuth(t testing.TB, p breaker.Policy, auth server.Authenticator) *cooldownd {
-	t.Helper()
-	return &cooldownd{servertest.Start(t, servertest.WithPolicy(p), servertest.WithAuth(auth), servertest.WithRecording())}
 }
 
 // restart serves again on the same address.
@@ -130,7 +110,7 @@ func (p *provider) get() func(ctx context.Context) (*http.Response, error) {
 	}
 }
 
-type logBuffer = logtest.Buffer
+type logBuffer = syncBuffer
 
 // newLogger returns a debug-level text logger writing to a new buffer.
 func newLogger() (*slog.Logger, *logBuffer) {

@@ -12,8 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/servertest"
-	"github.com/cooldownd/cooldownd/internal/store"
 )
 
 func TestLocalFallbackAndRecovery(t *testing.T) {
@@ -132,8 +130,7 @@ func TestTenantCapNotAnOutage(t *testing.T) {
 	for _, mode := range []FailMode{FailOpen, FailClosed} {
 		t.Run(mode.String(), func(t *testing.T) {
 			t.Parallel()
-			cd := servertest.Start(t, servertest.WithPolicy(fastPolicy()),
-				servertest.WithStoreOptions(func(o *store.Options) { o.MaxConnsPerTenant = 1 }))
+			cd := startCooldownd(t, fastPolicy(), "--max-connections-per-tenant=1")
 			prov := newProvider(t)
 			log, logs := newLogger()
 			c := newClient(t, cd.URL, WithLogger(log), WithFailMode(mode))

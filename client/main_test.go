@@ -1,6 +1,7 @@
 package client
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,5 +10,10 @@ import (
 // TestMain fails the package when a test leaves a goroutine behind: a
 // report sender that outlives its Client, a watch, a timer.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if buildDir != "" {
+			_ = os.RemoveAll(buildDir)
+		}
+		os.Exit(code)
+	}))
 }

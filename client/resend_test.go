@@ -47,8 +47,8 @@ func loseReports(t *testing.T, cd *cooldownd, n int64) func() []*cooldownv1.Repo
 		if lose.Add(-1) < 0 {
 			return false
 		}
-		cd.Server.Server().Handler().ServeHTTP(httptest.NewRecorder(), r) // applied by the store
-		panic(http.ErrAbortHandler)                                       // its reply never arrives
+		cd.proxy.ServeHTTP(httptest.NewRecorder(), r) // applied by the store
+		panic(http.ErrAbortHandler)                   // its reply never arrives
 	})
 	return func() []*cooldownv1.ReportRequest {
 		mu.Lock()
