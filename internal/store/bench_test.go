@@ -25,6 +25,9 @@ import (
 //   - admit_healthy: the hot path, a closed connection's Admit (no write);
 //   - admit_open: the storm path, every caller denied;
 //   - report_success: a healthy connection's Report (a write);
+//   - report_success_keyed: the same with a fresh idempotency key per
+//     report, as the clients send (the key looked up and remembered);
+//   - report_resent: the same key every time: a resend answered from it;
 //   - admit3_2cooling: AdmitFirst of three candidates whose first two cool
 //     down for an hour, so the third is admitted.
 //
@@ -111,6 +114,22 @@ func benchStore(b *testing.B, rdb redis.UniversalClient, masters func(context.Co
 			_, err := st.Report(ctx, healthy, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
 			return err
 		}},
+		{"report_success_keyed", func() error {
+			// A fresh idempotency key per report, as the clients send:
+			// the key is looked up (a miss) and remembered.
+			c := healthy
+			c.ReportKey = "bench-" + strconv.FormatInt(benchKeys.Add(1), 10) + "-0000000000"
+			_, err := st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
+			return err
+		}},
+		{"report_resent", func() error {
+			// The same key every time: each report after the first is a
+			// resend, answered from the key.
+			c := healthy
+			c.ReportKey = "bench-resent-0000000000"
+			_, err := st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
+			return err
+		}},
 		{"admit_retry", func() error {
 			r := healthy
 			r.Retry = true
@@ -148,6 +167,10 @@ func benchStore(b *testing.B, rdb redis.UniversalClient, masters func(context.Co
 		})
 	}
 }
+
+// benchKeys numbers report_success_keyed's keys across policies (which
+// share a Redis and the connection): a key is never seen twice.
+var benchKeys atomic.Int64
 
 // commandStats sums INFO commandstats over some Redis servers.
 type commandStats struct {

@@ -2,6 +2,9 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,6 +201,40 @@ func TestReportResentAfterItTripped(t *testing.T) {
 	}
 }
 
+// TestReportResentAfterTheStateMoved: a success taken by the fast path,
+// sent again after another report opened the connection (so the resend
+// goes to the full script), still gets its first answer and counts
+// nothing: the two paths read one key.
+func TestReportResentAfterTheStateMoved(t *testing.T) {
+	t.Parallel()
+	for name, open := range keyBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := keyPolicy()
+			st, _, _ := open(t, store.Options{Policy: &p})
+			ctx := context.Background()
+			c := store.Conn{Tenant: "t", ID: testID(0x75)}
+			ok := breaker.Report{Outcome: breaker.OutcomeSuccess}
+			_, err := st.Report(ctx, c, ok)
+			require.NoError(t, err)
+			keyed := c
+			keyed.ReportKey = "k-moved-00000001"
+			first, err := st.Report(ctx, keyed, ok)
+			require.NoError(t, err)
+			_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 60_000})
+			require.NoError(t, err)
+			moved := countsOf(t, st, c)
+			require.Equal(t, breaker.Open, moved.Phase)
+			again, err := st.Report(ctx, keyed, ok)
+			require.NoError(t, err)
+			assert.True(t, again.Replayed)
+			again.Replayed = false
+			assert.Equal(t, first, again, "the first answer (closed, the old revision), not the state now")
+			assert.Equal(t, moved, countsOf(t, st, c), "counted nothing")
+		})
+	}
+}
+
 // TestReportKeyRemembered: the key lives in the connection's hash slot
 // for Options.ReportKeyTTL (default DefaultReportKeyTTL, at least the
 // clients' queue max age of a minute) and is forgotten after it, so a
@@ -278,4 +315,47 @@ func TestReportKeyOnACluster(t *testing.T) {
 		assert.Equal(t, first.Revision, second.Revision)
 		assert.Equal(t, int64(1), countsOf(t, st, c).Failures)
 	}
+}
+
+// TestReportKeyMemory measures what a remembered report costs Redis (the
+// figure docs/benchmarks.md gives): MEMORY USAGE of one key (its name in
+// the connection's hash tag, the first reply, the expiry), and used_memory
+// over 2,000 remembered reports, with a bound so that the doc stays true.
+func TestReportKeyMemory(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Real(t)
+	p := keyPolicy()
+	st, err := store.New(rdb, store.Options{Policy: &p})
+	require.NoError(t, err)
+	ctx := context.Background()
+	c := store.Conn{Tenant: "default", ID: testID(0x74)}
+	ok := breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200}
+	_, err = st.Report(ctx, c, ok) // the connection exists: what follows is the keys alone
+	require.NoError(t, err)
+	used := func() int64 {
+		info, err := rdb.Info(ctx, "memory").Result()
+		require.NoError(t, err)
+		for line := range strings.SplitSeq(info, "\r\n") {
+			if v, found := strings.CutPrefix(line, "used_memory:"); found {
+				n, err := strconv.ParseInt(v, 10, 64)
+				require.NoError(t, err)
+				return n
+			}
+		}
+		t.Fatal("no used_memory in INFO memory")
+		return 0
+	}
+	const n = 2000
+	before := used()
+	for i := range n {
+		c.ReportKey = fmt.Sprintf("%022d", i) // 22 characters, as the clients' keys
+		_, err := st.Report(ctx, c, ok)
+		require.NoError(t, err)
+	}
+	perKey := float64(used()-before) / n
+	one, err := rdb.MemoryUsage(ctx, keys.Layout{Tenant: c.Tenant, ID: c.ID}.Report(c.ReportKey)).Result()
+	require.NoError(t, err)
+	t.Logf("a remembered report: MEMORY USAGE %d bytes; used_memory %.0f bytes per key over %d", one, perKey, n)
+	assert.Less(t, one, int64(256))
+	assert.Less(t, perKey, 320.0)
 }

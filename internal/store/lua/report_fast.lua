@@ -14,42 +14,48 @@
 -- prelude.lua's HASH_FIELDS, the numbers its PHASE, OVERRIDE, OUTCOME,
 -- STATUS and MAX_COUNT, the policy's first fields policyArg's.
 --
--- First, a report with an idempotency key (KEYS[3]: the connection's
--- cd:{t:id}:r:<key>; ARGV[18] how long it is remembered, ms): a key that
--- names a report already applied answers that report's first reply,
--- marked REPLAYED (prelude.lua's STATUS), and counts and writes nothing; a
--- key remembered for a report that said something else (outcome,
--- revision, count, retry flag) answers REUSED alone. Without a key this is
--- one comparison.
+-- A report with an idempotency key (KEYS[3]: the connection's
+-- cd:{t:id}:r:<key>; ARGV[18] how long it is remembered, ms) is applied
+-- once: a run that applies it remembers "<what it said>|<its reply>" under
+-- the key, and a key that names a report already applied answers that
+-- report's first reply, marked REPLAYED (prelude.lua's STATUS), counting
+-- and writing nothing; a key remembered for a report that said something
+-- else (outcome, revision, count, retry flag) answers REUSED alone. The
+-- fast path looks the key up and remembers its reply in one command (SET
+-- NX GET, before its own writes); the full script looks it up below,
+-- before the prelude, and remembers at its end (remember). Without a key
+-- each is one comparison.
 local REPORT_KEY, REPORT_SAID = KEYS[3], nil
-if REPORT_KEY then
-  REPORT_SAID = ARGV[7] .. ':' .. ARGV[5] .. ':' .. ARGV[15] .. ':' .. ARGV[16]
-  local seen = redis.call('GET', REPORT_KEY)
-  if seen then
-    local said, first = string.match(seen, '^([^|]*)|(.*)$')
-    if said ~= REPORT_SAID then return {4} end
-    local out, i = {}, 0
-    for x in string.gmatch(first, '[^,]+') do
-      i = i + 1
-      -- REPORT_REPLY's 9th value, the throttle, is a string.
-      if i == 9 then out[i] = x else out[i] = tonumber(x) end
-    end
-    out[1] = 3
-    return out
+if REPORT_KEY then REPORT_SAID = ARGV[7] .. ':' .. ARGV[5] .. ':' .. ARGV[15] .. ':' .. ARGV[16] end
+
+-- replay is the answer to a report whose key was seen: the first reply.
+local function replay(seen)
+  local said, first = string.match(seen, '^([^|]*)|(.*)$')
+  if said ~= REPORT_SAID then return {4} end
+  local out, i = {}, 0
+  for x in string.gmatch(first, '[^,]+') do
+    i = i + 1
+    -- REPORT_REPLY's 9th value, the throttle, is a string.
+    if i == 9 then out[i] = x else out[i] = tonumber(x) end
   end
+  out[1] = 3
+  return out
 end
 
--- remember stores a run's reply under the report's key (when it has one),
--- as "<what it said>|<the reply's values>", for ARGV[18] ms, and returns
--- it. Only a run that applied the report calls it (not UNREGISTERED).
-local function remember(out)
-  if REPORT_KEY then
-    local v = {}
-    for i, x in ipairs(out) do
-      if type(x) == 'number' then v[i] = string.format('%d', x) else v[i] = x end
-    end
-    redis.call('SET', REPORT_KEY, REPORT_SAID .. '|' .. table.concat(v, ','), 'PX', ARGV[18])
+-- remembered is what the key holds for reply out.
+local function remembered(out)
+  local v = {}
+  for i, x in ipairs(out) do
+    if type(x) == 'number' then v[i] = string.format('%d', x) else v[i] = x end
   end
+  return REPORT_SAID .. '|' .. table.concat(v, ',')
+end
+
+-- remember stores the full script's reply under the report's key (when it
+-- has one) and returns it. Only a run that applied the report calls it
+-- (not UNREGISTERED).
+local function remember(out)
+  if REPORT_KEY then redis.call('SET', REPORT_KEY, remembered(out), 'PX', ARGV[18]) end
   return out
 end
 
@@ -166,19 +172,33 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
       end
     end
     idle = tonumber(idle)
-    local xp = tonumber(f[12]) or 0
+    local xp, ttl = tonumber(f[12]) or 0, nil
     if xp - now < idle then
-      local ttl = idle + math.floor(idle / 8)
+      ttl = idle + math.floor(idle / 8)
       xp = now + ttl
-      redis.call('PEXPIRE', S, ttl)
-      redis.call('PEXPIRE', KEYS[2], ttl)
       n = n + 2
       w[n - 1], w[n] = 'xp', string.format('%d', xp)
     end
-    redis.call('HSET', S, unpack(w))
     -- REPORT_REPLY of report.lua: status, accepted, changed, created,
     -- revision, phase, now, wake, throttle; no events.
-    return remember({APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, prob, 0})
+    local out = {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, prob, 0}
+    if REPORT_KEY then
+      -- Remembered unless already there; nothing is written before.
+      local seen = redis.call('SET', REPORT_KEY, remembered(out), 'NX', 'GET', 'PX', ARGV[18])
+      if seen then return replay(seen) end
+    end
+    if ttl then
+      redis.call('PEXPIRE', S, ttl)
+      redis.call('PEXPIRE', KEYS[2], ttl)
+    end
+    redis.call('HSET', S, unpack(w))
+    return out
   end
 end
+end
+
+-- Not the fast path: a resend is answered before the full script runs.
+if REPORT_KEY then
+  local seen = redis.call('GET', REPORT_KEY)
+  if seen then return replay(seen) end
 end
