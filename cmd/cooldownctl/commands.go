@@ -84,7 +84,7 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(tw, "%s\t", c.GetTenant())
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%s\n",
-			shortID(c.GetConnection().GetId()), orDash(c.GetConnection().GetLabel()), stateText(c), openCause(c), left(c),
+			shortID(c.GetConnection().GetId()), orDash(c.GetConnection().GetLabel()), stateText(c), openCause(c), left(c, now),
 			probes(c, now), c.GetRecentSuccesses(), c.GetRecentFailures(), lastReport(c), c.GetRevision(), ago(c.GetChangedAt(), now))
 	}
 	return tw.Flush()
@@ -133,8 +133,8 @@ func cmdGet(ctx context.Context, e *env, args []string) error {
 		if t.GetShadow() {
 			cause += " [shadow]"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(t.GetTime()), enumText(t.GetFrom().String(), "STATE_"),
-			enumText(t.GetTo().String(), "STATE_"), cause, t.GetRevision(),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", stamp(t.GetTime()), stateName(t.GetFrom()),
+			stateName(t.GetTo()), cause, t.GetRevision(),
 			orDash(t.GetActor()), orDash(t.GetReason()))
 	}
 	return tw.Flush()
@@ -217,7 +217,7 @@ func (e *env) printEvent(m *cooldownv1.WatchConnectionsResponse) error {
 	}
 	if t := m.GetTransition(); t != nil {
 		line := fmt.Sprintf("%-24s  %-8s  %-28s  %-9s → %-9s  %-13s  rev %d", stamp(t.GetTime()), shortID(c.GetConnection().GetId()), label,
-			enumText(t.GetFrom().String(), "STATE_"), enumText(t.GetTo().String(), "STATE_"), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision())
+			stateName(t.GetFrom()), stateName(t.GetTo()), orDash(enumText(t.GetCause().String(), "CAUSE_")), t.GetRevision())
 		if t.GetShadow() {
 			line += "  [shadow: not enforced]"
 		}
@@ -305,7 +305,8 @@ func cmdForce(ctx context.Context, e *env, args []string) error {
 	}
 	// Forcing an id cooldownd does not know would create it: a typo must
 	// not force a connection nobody uses.
-	if _, err := e.get(ctx, tg, 0); err != nil {
+	before, err := e.get(ctx, tg, 0)
+	if err != nil {
 		return err
 	}
 	req := &cooldownv1.ForceConnectionRequest{Id: tg.id, Override: o, Reason: *reason}
@@ -323,6 +324,13 @@ func cmdForce(ctx context.Context, e *env, args []string) error {
 	}
 	c := res.Msg.GetConnection()
 	switch {
+	case o == cooldownv1.Override_OVERRIDE_UNSPECIFIED && before.GetConnection().GetOverride() == cooldownv1.Override_OVERRIDE_UNSPECIFIED &&
+		c.GetRevision() == before.GetConnection().GetRevision():
+		hint := ""
+		if c.GetState() == cooldownv1.State_STATE_OPEN || c.GetState() == cooldownv1.State_STATE_HALF_OPEN {
+			hint = " To close it, reset it."
+		}
+		fmt.Fprintf(e.stdout, "%s has no override: nothing to clear (now %s, revision %d).%s\n", name(c), stateText(c), c.GetRevision(), hint)
 	case o == cooldownv1.Override_OVERRIDE_UNSPECIFIED:
 		fmt.Fprintf(e.stdout, "Cleared the override of %s: now %s, revision %d.\n", name(c), stateText(c), c.GetRevision())
 	case *dur > 0:
@@ -506,8 +514,11 @@ func (e *env) printState(c *cooldownv1.ConnectionState, p *cooldownv1.Policy) {
 	if c.GetShadow() {
 		row("Shadow", shadowText(c))
 	}
-	if c.GetState() == cooldownv1.State_STATE_OPEN {
-		row("Left", left(c)+untilText(c.GetOpenUntil()))
+	switch {
+	case c.GetState() == cooldownv1.State_STATE_OPEN && c.GetOpenUntil() != nil:
+		row("Left", left(c, now)+untilText(c.GetOpenUntil()))
+	case c.GetState() == cooldownv1.State_STATE_OPEN || c.GetOverrideUntil() != nil:
+		row("Left", left(c, now)+untilText(c.GetOverrideUntil()))
 	}
 	row("Revision", fmt.Sprint(c.GetRevision()))
 	row("Probes", probes(c, now))
@@ -621,7 +632,13 @@ func orDash(s string) string {
 	return s
 }
 
-// enumText turns STATE_HALF_OPEN into half_open; UNSPECIFIED is "".
+// stateName is a state as the flags, the dashboard and the docs name it:
+// closed, open, half-open; UNSPECIFIED is "".
+func stateName(s cooldownv1.State) string {
+	return strings.ReplaceAll(enumText(s.String(), "STATE_"), "_", "-")
+}
+
+// enumText turns CAUSE_RATE_LIMIT into rate_limit; UNSPECIFIED is "".
 func enumText(s, prefix string) string {
 	s = strings.ToLower(strings.TrimPrefix(s, prefix))
 	if s == "unspecified" {
@@ -660,7 +677,7 @@ func name(c *cooldownv1.ConnectionState) string {
 }
 
 func stateText(c *cooldownv1.ConnectionState) string {
-	s := enumText(c.GetState().String(), "STATE_")
+	s := stateName(c.GetState())
 	if s == "" {
 		s = "closed"
 	}
@@ -680,15 +697,17 @@ func openCause(c *cooldownv1.ConnectionState) string {
 	return orDash(enumText(c.GetCause().String(), "CAUSE_"))
 }
 
-// left is the time until the open period ends, as the server computed it.
-func left(c *cooldownv1.ConnectionState) string {
-	if c.GetState() != cooldownv1.State_STATE_OPEN {
-		return "-"
-	}
-	if c.GetRetryAfter() != nil {
+// left is the time until the state changes by itself, as the dashboard
+// counts it down: an open period's end as the server computed it, else a
+// timed override's end ("until changed" for an untimed forced open).
+func left(c *cooldownv1.ConnectionState, now time.Time) string {
+	if c.GetState() == cooldownv1.State_STATE_OPEN && c.GetRetryAfter() != nil {
 		return human(c.GetRetryAfter().AsDuration())
 	}
-	if c.GetOverride() == cooldownv1.Override_OVERRIDE_FORCED_OPEN {
+	if c.GetOverride() != cooldownv1.Override_OVERRIDE_UNSPECIFIED && c.GetOverrideUntil() != nil {
+		return human(c.GetOverrideUntil().AsTime().Sub(now))
+	}
+	if c.GetState() == cooldownv1.State_STATE_OPEN && c.GetOverride() == cooldownv1.Override_OVERRIDE_FORCED_OPEN {
 		return "until changed"
 	}
 	return "-"

@@ -40,12 +40,14 @@ func TestUnknownIDIsNotFound(t *testing.T) {
 		"hex with …": hex.EncodeToString(unknown) + "…",
 	}
 	for form, arg := range forms {
+		// "--" ends the flags: a URL-safe base64 id may begin with "-" (one
+		// random id in 64), which would read as a flag.
 		for _, args := range [][]string{
-			{"get", arg},
-			{"-o", "json", "get", arg},
-			{"reset", arg, "--reason", "x"},
-			{"force", arg, "open", "--reason", "x"},
-			{"force", arg, "clear", "--reason", "x"},
+			{"get", "--", arg},
+			{"-o", "json", "get", "--", arg},
+			{"reset", "--reason", "x", "--", arg},
+			{"force", "--reason", "x", "--", arg, "open"},
+			{"force", "--reason", "x", "--", arg, "clear"},
 		} {
 			t.Run(form+" "+strings.Join(args, " "), func(t *testing.T) {
 				t.Parallel()
