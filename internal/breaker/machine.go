@@ -266,9 +266,13 @@ func (s *State) rateTripped(p Policy, now int64) bool {
 }
 
 // Force sets an operator override until untilMs (0: until changed).
-// NoOverride clears any override and closes the connection.
+// NoOverride clears an override and closes the connection; with no
+// override (once settled) it changes nothing.
 func (s *State) Force(now int64, o Override, untilMs int64, actor, reason string) []Event {
 	evs := s.Settle(now)
+	if o == NoOverride && s.Override == NoOverride {
+		return evs
+	}
 	s.Override, s.OverrideUntil = o, untilMs
 	switch o {
 	case ForcedOpen:

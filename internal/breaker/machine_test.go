@@ -1190,6 +1190,21 @@ func TestOverrides(t *testing.T) {
 			events: []Event{evBy(Open, Closed, CauseOverrideCleared, 5, "bob", "done")},
 		},
 		{
+			name:  "clearing no override changes nothing",
+			given: State{Phase: Open, Cause: CauseRateLimit, Revision: 4, OpenUntil: until, Consecutive: 2},
+			now:   n,
+			do:    forceOp(NoOverride, 0, "bob", "nothing to clear"),
+			want:  State{Phase: Open, Cause: CauseRateLimit, Revision: 4, OpenUntil: until, Consecutive: 2},
+		},
+		{
+			name:   "clearing an override that ended by itself adds nothing to its end",
+			given:  forcedClosed(4, n),
+			now:    n,
+			do:     forceOp(NoOverride, 0, "bob", ""),
+			want:   State{Phase: Closed, Cause: CauseForceExpired, Revision: 5},
+			events: []Event{ev(Closed, Closed, CauseForceExpired, 5)},
+		},
+		{
 			name:   "an expired override settles before a new force",
 			given:  forcedOpen(4, n),
 			now:    n,

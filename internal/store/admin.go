@@ -117,7 +117,9 @@ func decodeGet(tenant string, id keys.ID, r *reply) (Snapshot, []Transition, int
 }
 
 // Force sets an operator override on a connection for d from the server
-// clock's now (zero: until changed); breaker.NoOverride clears it. Forcing
+// clock's now (zero: until changed); breaker.NoOverride clears it, and
+// changes nothing when there is none (no transition, no new revision; a
+// connection that does not exist stays so, Snapshot.Exists false). Forcing
 // a connection that does not exist creates it within the tenant's cap
 // (may return [ErrTooManyConnections]).
 func (s *Store) Force(ctx context.Context, tenant string, id keys.ID, o breaker.Override, d time.Duration, actor, reason string) (Snapshot, error) {
@@ -141,13 +143,14 @@ func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, 
 			registeredAt, registerGrace.Milliseconds())...).Result())
 		// FORCE_REPLY in force.lua.
 		status := r.int()
+		exists := r.int() == 1
 		wake = r.int()
 		st, now, label := r.state()
 		evs := r.events()
 		if r.err != nil {
 			return 0, unavailable("force", r.err)
 		}
-		snap = Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: true, Events: evs}
+		snap = Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: exists, Events: evs}
 		return status, nil
 	})
 	if err != nil {

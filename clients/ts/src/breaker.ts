@@ -708,9 +708,10 @@ export class State {
     return callsW >= p.minCalls * w && failsW * 10000 >= bp * callsW;
   }
 
-  /** Sets an operator override until untilMs (0: until changed); None clears it and closes. */
+  /** Sets an operator override until untilMs (0: until changed); None clears it and closes (with no override, once settled, nothing changes). */
   force(now: number, o: Override, untilMs: number, actor: string, reason: string): BreakerEvent[] {
     const evs = this.settle(now);
+    if (o === Override.None && this.override === Override.None) return evs;
     this.override = o;
     this.overrideUntil = untilMs;
     if (o === Override.ForcedOpen) {

@@ -1,15 +1,29 @@
 -- force: ARGV[5] override (0 clear, 1 forced open, 2 forced closed, 3 reset),
 -- ARGV[6] duration ms from now (0: until changed), ARGV[7] actor,
 -- ARGV[8] reason, ARGV[9] registered_at, ARGV[10] grace (see may_create).
-local FORCE_REPLY = {'status', 'wake', 'state'}
+-- Clearing when there is no override (after settling: an override that
+-- ended by itself is gone) changes nothing: no transition, no revision, and
+-- a connection that does not exist is not created.
+local FORCE_REPLY = {'status', 'exists', 'wake', 'state'}
 local FORCE_RESET = 3
 bind(1, 2)
 local s = load()
+local o, d, actor, reason = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
+if o == OVERRIDE.NONE and not s.exists then
+  return reply(FORCE_REPLY, {status = STATUS.APPLIED, exists = 0, wake = 0, state = cjson.encode(state_table(s))})
+end
 if not may_create(s, tonumber(ARGV[9]), tonumber(ARGV[10])) then
-  return reply(FORCE_REPLY, {status = STATUS.UNREGISTERED, wake = 0, state = cjson.encode(state_table(s))})
+  return reply(FORCE_REPLY, {status = STATUS.UNREGISTERED, exists = 0, wake = 0, state = cjson.encode(state_table(s))})
 end
 settle(s)
-local o, d, actor, reason = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
+if o == OVERRIDE.NONE and s.override == OVERRIDE.NONE then
+  -- Nothing to clear: only what settle applied is written, as get does.
+  if #events > 0 then
+    save(s)
+    emit(s)
+  end
+  return reply(FORCE_REPLY, {status = STATUS.APPLIED, exists = 1, wake = wake(s), state = cjson.encode(state_table(s))})
+end
 local until_ms = 0
 if d > 0 then until_ms = now + d end
 if o == FORCE_RESET then
@@ -32,4 +46,4 @@ else
 end
 save(s)
 emit(s)
-return reply(FORCE_REPLY, {status = STATUS.APPLIED, wake = wake(s), state = cjson.encode(state_table(s))})
+return reply(FORCE_REPLY, {status = STATUS.APPLIED, exists = 1, wake = wake(s), state = cjson.encode(state_table(s))})
