@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// TestREADME is the go block at README.md:257 (wrapper "new-do": a client, a connection and one guarded call; the provider answers 429 once, and the retry must carry the body).
-func TestREADME(t *testing.T) {
+// TestREADMEBlock1 is go block 1 of README.md (wrapper "new-do": a client, a connection and one guarded call; the provider answers 429 once, and the retry must carry the body).
+func TestREADMEBlock1(t *testing.T) {
 	t.Parallel()
 	runDo(t, func(e *env) (*http.Response, error) {
 		ctx := e.ctx
@@ -24,7 +24,7 @@ func TestREADME(t *testing.T) {
 		url := e.url
 		body := e.body
 		_, _, _, _, _ = ctx, cooldowndURL, apiKey, url, body
-//line ../../README.md:258
+		// README.md, go block 1:
 		cl, err := client.New(cooldowndURL, client.WithToken(os.Getenv("COOLDOWND_TOKEN")))
 		if err != nil {
 			return nil, err
@@ -41,7 +41,7 @@ func TestREADME(t *testing.T) {
 			}
 			return http.DefaultClient.Do(req)
 		})
-//line snippets_test.go:45
+		// (end of the block)
 		_ = cl
 		_ = err
 		_ = conn
@@ -51,15 +51,15 @@ func TestREADME(t *testing.T) {
 	})
 }
 
-// TestDocsClient is the go block at docs/client.md:8 (wrapper "new": a client and a connection).
-func TestDocsClient(t *testing.T) {
+// TestDocsClientBlock1 is go block 1 of docs/client.md (wrapper "new": a client and a connection).
+func TestDocsClientBlock1(t *testing.T) {
 	t.Parallel()
 	runNew(t, func(e *env) error {
 		cooldowndURL := e.cooldownd
 		salt := e.salt
 		apiKey := e.apiKey
 		_, _, _ = cooldowndURL, salt, apiKey
-//line ../../docs/client.md:9
+		// docs/client.md, go block 1:
 		c, err := client.New(cooldowndURL,
 			client.WithToken(os.Getenv("COOLDOWND_TOKEN")), // bearer token; never logged
 			client.WithSalt(salt))                          // the same salt in every process
@@ -70,7 +70,7 @@ func TestDocsClient(t *testing.T) {
 		if err != nil {
 			return err
 		}
-//line snippets_test.go:74
+		// (end of the block)
 		_ = c
 		_ = err
 		_ = conn
@@ -79,8 +79,8 @@ func TestDocsClient(t *testing.T) {
 	})
 }
 
-// TestDocsClient2 is the go block at docs/client.md:56 (wrapper "do": one guarded call on the client c; the provider answers 429 once, and the retry must carry the body).
-func TestDocsClient2(t *testing.T) {
+// TestDocsClientBlock2 is go block 2 of docs/client.md (wrapper "do": one guarded call on the client c; the provider answers 429 once, and the retry must carry the body).
+func TestDocsClientBlock2(t *testing.T) {
 	t.Parallel()
 	runDo(t, func(e *env) (*http.Response, error) {
 		ctx := e.ctx
@@ -90,20 +90,20 @@ func TestDocsClient2(t *testing.T) {
 		body := e.body
 		httpClient := e.httpClient
 		_, _, _, _, _, _ = ctx, c, conn, url, body, httpClient
-//line ../../docs/client.md:57
+		// docs/client.md, go block 2:
 		resp, err := c.Do(ctx, conn, func(ctx context.Context) (*http.Response, error) {
 			req, _ := http.NewRequestWithContext(ctx, "POST", url, bytes.NewReader(body))
 			return httpClient.Do(req) // a fresh request on every attempt
 		})
-//line snippets_test.go:99
+		// (end of the block)
 		_ = resp
 		_ = err
 		return resp, err
 	})
 }
 
-// TestDocsClient3 is the go block at docs/client.md:89 (wrapper "fallback": a fallback list whose first candidate is out of quota; send calls the candidate's provider).
-func TestDocsClient3(t *testing.T) {
+// TestDocsClientBlock3 is go block 3 of docs/client.md (wrapper "fallback": a fallback list whose first candidate is out of quota; send calls the candidate's provider).
+func TestDocsClientBlock3(t *testing.T) {
 	t.Parallel()
 	runFallback(t, func(e *env) (*http.Response, error) {
 		ctx := e.ctx
@@ -113,37 +113,37 @@ func TestDocsClient3(t *testing.T) {
 		gpt4oMini := e.fallback[2]
 		send := e.send
 		_, _, _, _, _, _ = ctx, c, gpt4o, claude, gpt4oMini, send
-//line ../../docs/client.md:90
+		// docs/client.md, go block 3:
 		resp, err := c.DoFallback(ctx, []client.Conn{gpt4o, claude, gpt4oMini},
 			func(ctx context.Context, conn client.Conn) (*http.Response, error) {
 				return send(ctx, conn) // a fresh request to conn's provider on every attempt
 			})
-//line snippets_test.go:122
+		// (end of the block)
 		_ = resp
 		_ = err
 		return resp, err
 	})
 }
 
-// TestDocsClient4 is the go block at docs/client.md:116 (wrapper "sdk-transport": an openai-go client over the guard; the runner calls the fake provider through it).
-func TestDocsClient4(t *testing.T) {
+// TestDocsClientBlock4 is go block 4 of docs/client.md (wrapper "sdk-transport": an openai-go client over the guard; the runner calls the fake provider through it).
+func TestDocsClientBlock4(t *testing.T) {
 	t.Parallel()
 	runSDKTransport(t, func(e *env) openai.Client {
 		c := e.cl
 		conn := e.conn
 		_, _ = c, conn
-//line ../../docs/client.md:117
+		// docs/client.md, go block 4:
 		hc := &http.Client{Transport: c.RoundTripper(conn, nil)} // or RoundTripperFunc(pick, base)
 		oa := openai.NewClient(oaoption.WithHTTPClient(hc), oaoption.WithMaxRetries(0))
-//line snippets_test.go:139
+		// (end of the block)
 		_ = hc
 		_ = oa
 		return oa
 	})
 }
 
-// TestDocsClient5 is the go block at docs/client.md:255 (wrapper "attempt": an Admit that says the call was already sent to primary).
-func TestDocsClient5(t *testing.T) {
+// TestDocsClientBlock5 is go block 5 of docs/client.md (wrapper "attempt": an Admit that says the call was already sent to primary).
+func TestDocsClientBlock5(t *testing.T) {
 	t.Parallel()
 	runAttempt(t, func(e *env) (client.Admission, error) {
 		ctx := e.ctx
@@ -151,18 +151,18 @@ func TestDocsClient5(t *testing.T) {
 		primary := e.fallback[0]
 		fallback := e.fallback[1]
 		_, _, _, _ = ctx, c, primary, fallback
-//line ../../docs/client.md:256
+		// docs/client.md, go block 5:
 		a, err := c.AdmitAttempt(ctx, client.Attempt{Candidates: []client.Conn{primary, fallback}, Sent: []client.Conn{primary}})
 		// a.Retry: whether the chosen candidate was a retry; c.Report(ctx, a, cl) passes it on
-//line snippets_test.go:158
+		// (end of the block)
 		_ = a
 		_ = err
 		return a, err
 	})
 }
 
-// TestDocsClient6 is the go block at docs/client.md:333 (wrapper "by-hand": Admit, call and Report by hand; call sends to the admitted candidate's provider).
-func TestDocsClient6(t *testing.T) {
+// TestDocsClientBlock6 is go block 6 of docs/client.md (wrapper "by-hand": Admit, call and Report by hand; call sends to the admitted candidate's provider).
+func TestDocsClientBlock6(t *testing.T) {
 	t.Parallel()
 	runByHand(t, func(e *env) {
 		ctx := e.ctx
@@ -171,21 +171,21 @@ func TestDocsClient6(t *testing.T) {
 		fallback := e.fallback[1]
 		call := e.call
 		_, _, _, _, _ = ctx, c, primary, fallback, call
-//line ../../docs/client.md:334
+		// docs/client.md, go block 6:
 		a, err := c.Admit(ctx, primary, fallback) // a.Decision, a.Index, a.Conn, a.RetryAfter, a.Reason
 		if a.Allowed() {
 			resp, err := call(a.Conn)
 			body, _ := client.ReadErrorBody(ctx, resp, 64<<10) // non-2xx only
 			_ = c.Report(ctx, a, client.Classify(client.DefaultRules(), resp, body, err, ctx.Err()))
 		}
-//line snippets_test.go:182
+		// (end of the block)
 		_ = a
 		_ = err
 	})
 }
 
-// TestDocsClient7 is the go block at docs/client.md:349 (wrapper "do": one guarded call on the client c; the provider answers 429 once, and the retry must carry the body).
-func TestDocsClient7(t *testing.T) {
+// TestDocsClientBlock7 is go block 7 of docs/client.md (wrapper "do": one guarded call on the client c; the provider answers 429 once, and the retry must carry the body).
+func TestDocsClientBlock7(t *testing.T) {
 	t.Parallel()
 	runDo(t, func(e *env) (*http.Response, error) {
 		ctx := e.ctx
@@ -195,7 +195,7 @@ func TestDocsClient7(t *testing.T) {
 		body := e.body
 		httpClient := e.httpClient
 		_, _, _, _, _, _ = ctx, c, conn, url, body, httpClient
-//line ../../docs/client.md:350
+		// docs/client.md, go block 7:
 		resp, err := c.Do(ctx, conn, func(ctx context.Context) (*http.Response, error) {
 			if a, ok := client.AdmissionFrom(ctx); ok && a.Decision == client.DecisionAllowProbe {
 				_, _ = c.ExtendLease(ctx, a, 2*time.Minute) // this probe streams for a while
@@ -206,7 +206,7 @@ func TestDocsClient7(t *testing.T) {
 			}
 			return httpClient.Do(req)
 		})
-//line snippets_test.go:210
+		// (end of the block)
 		_ = resp
 		_ = err
 		return resp, err

@@ -18,8 +18,10 @@
 // it against an in-process cooldownd and fake providers and checks what the
 // prose promises), and marks every name the fragment declares as used. The
 // address "http://cooldownd:8080" in a snippet stands for the test's
-// cooldownd. //line directives make the compiler's errors point at the
-// Markdown line.
+// cooldownd. A block's test is named after its file and its place among
+// the file's go blocks (TestDocsClientBlock3: the third of docs/client.md),
+// never after a line number, so that editing the prose around the blocks
+// leaves the generated file as it is.
 //
 // Run it from the repository's root (go generate ./test/docsnippets); with
 // -check it writes nothing and fails when the generated file is stale or a
@@ -88,6 +90,7 @@ func run(root string, check bool) error {
 // A block is one ```go block of a Markdown file.
 type block struct {
 	file string // slash-separated, relative to the root
+	n    int    // its place among the file's go blocks, from 1
 	line int    // of the first code line (the one after the fence)
 	mark string // the marker's text: a wrapper's name, or "in <path>"
 	code string
@@ -159,7 +162,7 @@ func extract(file, src string) ([]block, error) {
 		if end == len(lines) {
 			return out, fmt.Errorf("%s:%d: a go block that never ends", file, i+1)
 		}
-		b := block{file: file, line: start + 1, code: strings.Join(lines[start:end], "\n") + "\n"}
+		b := block{file: file, n: len(out) + len(errs) + 1, line: start + 1, code: strings.Join(lines[start:end], "\n") + "\n"}
 		i = end
 		switch {
 		case strings.HasPrefix(lines[start-1], " ") || strings.HasPrefix(lines[start-1], "\t"):
@@ -180,7 +183,6 @@ func extract(file, src string) ([]block, error) {
 func generate(root string, blocks []block) ([]byte, error) {
 	var body bytes.Buffer
 	var errs []error
-	names := map[string]int{}
 	for _, b := range blocks {
 		if path, ok := strings.CutPrefix(b.mark, "in "); ok {
 			errs = append(errs, quoted(root, b, path))
@@ -191,7 +193,7 @@ func generate(root string, blocks []block) ([]byte, error) {
 			errs = append(errs, fmt.Errorf("%s: unknown snippet wrapper %q (the wrappers are in tools/docsnippets/wrappers.go)", b, b.mark))
 			continue
 		}
-		fn, err := render(b, w, names)
+		fn, err := render(b, w)
 		errs = append(errs, err)
 		body.WriteString(fn)
 	}
@@ -207,26 +209,12 @@ func generate(root string, blocks []block) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("format the generated code: %w\n%s", err, out.Bytes())
 	}
-	return restoreLines(src), nil
-}
-
-// restoreMark is where a //line directive back to the generated file goes;
-// restoreLines fills in its line once the code is formatted.
-const restoreMark = "//line snippets_test.go:999999999"
-
-func restoreLines(src []byte) []byte {
-	lines := strings.Split(string(src), "\n")
-	for i, l := range lines {
-		if l == restoreMark {
-			lines[i] = "//line snippets_test.go:" + strconv.Itoa(i+2)
-		}
-	}
-	return []byte(strings.Join(lines, "\n"))
+	return src, nil
 }
 
 // render writes one block as a test that hands the wrapped fragment to its
 // wrapper's runner.
-func render(b block, w wrapper, names map[string]int) (string, error) {
+func render(b block, w wrapper) (string, error) {
 	code := strings.ReplaceAll(b.code, cooldowndAddr, "cooldowndURL")
 	declared, err := declaredNames(code)
 	if err != nil {
@@ -235,13 +223,9 @@ func render(b block, w wrapper, names map[string]int) (string, error) {
 	if err := gofmted(b.code); err != nil {
 		return "", fmt.Errorf("%s: %w", b, err)
 	}
-	name := "Test" + testName(b.file)
-	names[name]++
-	if n := names[name]; n > 1 {
-		name += strconv.Itoa(n)
-	}
+	name := "Test" + testName(b.file) + "Block" + strconv.Itoa(b.n)
 	var s strings.Builder
-	fmt.Fprintf(&s, "// %s is the go block at %s (wrapper %q: %s).\n", name, b, b.mark, w.doc)
+	fmt.Fprintf(&s, "// %s is go block %d of %s (wrapper %q: %s).\n", name, b.n, b.file, b.mark, w.doc)
 	fmt.Fprintf(&s, "func %s(t *testing.T) {\n\tt.Parallel()\n\t%s(t, func(e *env) %s {\n", name, w.runner, w.results)
 	var vars []string
 	for _, v := range w.vars {
@@ -251,9 +235,9 @@ func render(b block, w wrapper, names map[string]int) (string, error) {
 	if len(vars) > 0 {
 		fmt.Fprintf(&s, "\t\t%s = %s\n", strings.TrimSuffix(strings.Repeat("_, ", len(vars)), ", "), strings.Join(vars, ", "))
 	}
-	fmt.Fprintf(&s, "//line %s:%d\n", filepath.ToSlash(filepath.Join("..", "..", b.file)), b.line)
+	fmt.Fprintf(&s, "\t\t// %s, go block %d:\n", b.file, b.n)
 	s.WriteString(code)
-	s.WriteString(restoreMark + "\n")
+	s.WriteString("\t\t// (end of the block)\n")
 	for _, d := range declared {
 		if !slices.Contains(vars, d) { // a fragment's own names; a wrapper's are used already
 			fmt.Fprintf(&s, "\t\t_ = %s\n", d)

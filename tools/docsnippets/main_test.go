@@ -1,9 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -38,7 +38,7 @@ func TestEveryGoBlockIsChecked(t *testing.T) {
 	require.NoError(t, err)
 	for _, b := range blocks {
 		if !strings.HasPrefix(b.mark, "in ") {
-			assert.Contains(t, string(src), "//line ../../"+b.file+":", "%s is in the generated file", b)
+			assert.Contains(t, string(src), fmt.Sprintf("// %s, go block %d:\n", b.file, b.n), "%s is in the generated file", b)
 		}
 	}
 }
@@ -54,12 +54,12 @@ func TestExtract(t *testing.T) {
 		{
 			name: "marked",
 			md:   "text\n<!-- snippet: do -->\n```go\nx := 1\n```\n",
-			want: []block{{file: "f.md", line: 4, mark: "do", code: "x := 1\n"}},
+			want: []block{{file: "f.md", n: 1, line: 4, mark: "do", code: "x := 1\n"}},
 		},
 		{
 			name: "quoted",
 			md:   "<!--snippet: in examples/sdk/main.go-->\n```go\nx := 1\ny := 2\n```\n",
-			want: []block{{file: "f.md", line: 3, mark: "in examples/sdk/main.go", code: "x := 1\ny := 2\n"}},
+			want: []block{{file: "f.md", n: 1, line: 3, mark: "in examples/sdk/main.go", code: "x := 1\ny := 2\n"}},
 		},
 		{name: "other languages are not go", md: "```sh\nls\n```\n```ts\nx\n```\n"},
 		{name: "unmarked", md: "text\n```go\nx := 1\n```\n", wantErr: "f.md:2: a go block without a <!-- snippet"},
@@ -124,25 +124,24 @@ func TestDeclaredNames(t *testing.T) {
 	assert.Equal(t, []string{"a", "err", "b", "c", "d"}, got)
 }
 
-// TestLineDirectives: the compiler's errors name the Markdown's line: the
-// first code line of a block is its //line, and the generated file's own
-// lines are restored after it.
-func TestLineDirectives(t *testing.T) {
+// TestProseEditsKeepTheFile: moving a block down (prose added above it)
+// generates the same file; only a block's code, wrapper or place among
+// the file's blocks changes it.
+func TestProseEditsKeepTheFile(t *testing.T) {
 	t.Parallel()
-	src, err := generate(repoRoot, []block{{file: "docs/x.md", line: 12, mark: "do", code: "resp, err := c.Do(ctx, conn, nil)\n"}})
-	require.NoError(t, err)
-	lines := strings.Split(string(src), "\n")
-	var at, restore int
-	for i, l := range lines {
-		switch {
-		case l == "//line ../../docs/x.md:12":
-			at = i
-		case strings.HasPrefix(l, "//line snippets_test.go:"):
-			restore = i
-			assert.Equal(t, "//line snippets_test.go:"+strconv.Itoa(i+2), l, "the line after the directive is its own line")
-		}
+	md := "<!-- snippet: do -->\n```go\nresp, err := c.Do(ctx, conn, nil)\n```\n"
+	gen := func(md string) string {
+		t.Helper()
+		bs, err := extract("docs/x.md", md)
+		require.NoError(t, err)
+		src, err := generate(repoRoot, bs)
+		require.NoError(t, err)
+		return string(src)
 	}
-	require.NotZero(t, at)
-	assert.Contains(t, lines[at+1], "resp, err := c.Do(ctx, conn, nil)")
-	assert.Equal(t, at+2, restore)
+	base := gen(md)
+	assert.Contains(t, base, "func TestDocsXBlock1(t *testing.T)")
+	assert.Equal(t, base, gen("Some prose.\n\nMore prose.\n"+md), "prose above the block")
+	assert.NotEqual(t, base, gen(strings.Replace(md, "nil", "call", 1)), "the block's code")
+	assert.Contains(t, gen("<!-- snippet: in examples/sdk/main.go -->\n```go\nvar text string\n```\n"+md), "func TestDocsXBlock2(t *testing.T)",
+		"a quoted block keeps its place in the count")
 }
