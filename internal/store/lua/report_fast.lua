@@ -183,8 +183,10 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
     -- revision, phase, now, wake, throttle; no events.
     local out = {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, prob, 0}
     if REPORT_KEY then
-      -- Remembered unless already there; nothing is written before.
-      local seen = redis.call('SET', REPORT_KEY, remembered(out), 'NX', 'GET', 'PX', ARGV[18])
+      -- Remembered unless already there (remembered(out), in one format);
+      -- nothing is written before.
+      local seen = redis.call('SET', REPORT_KEY, string.format('%s|1,1,0,0,%s,1,%d,%d,%s,0', REPORT_SAID, f[3], now, xp, prob),
+        'NX', 'GET', 'PX', ARGV[18])
       if seen then return replay(seen) end
     end
     if ttl then
