@@ -19,7 +19,7 @@ import (
 
 func TestNew(t *testing.T) {
 	t.Parallel()
-	bad := breaker.DefaultPolicy()
+	bad := DefaultPolicy()
 	bad.MaxProbes = 0
 	tests := []struct {
 		name string
@@ -33,7 +33,7 @@ func TestNew(t *testing.T) {
 		{name: "other scheme", url: "ftp://host", err: "http:// or https://"},
 		{name: "userinfo", url: "http://user:secret@host", err: "must not hold credentials"},
 		{name: "short salt", url: "http://h", opts: []Option{WithSalt([]byte("short"))}, err: "salt"},
-		{name: "bad policy", url: "http://h", opts: []Option{WithLocalPolicy(bad)}, err: "local policy"},
+		{name: "bad policy", url: "http://h", opts: []Option{WithLocalPolicy(bad)}, err: "local policy: Policy.MaxProbes must be in [1, 16], got 0"},
 		{name: "bad fail mode", url: "http://h", opts: []Option{WithFailMode(7)}, err: "fail mode"},
 		{name: "nil option", url: "http://h", opts: []Option{nil}},
 	}
@@ -197,7 +197,7 @@ func TestAdmitReportExtend(t *testing.T) {
 func TestLocalExtendLease(t *testing.T) {
 	t.Parallel()
 	p := fastPolicy()
-	c := newClient(t, "http://127.0.0.1:1", WithLocalPolicy(p))
+	c := newClient(t, "http://127.0.0.1:1", WithLocalPolicy(policyOf(p)))
 	cn := NewConn(ID{7}, "local")
 	for range 2 {
 		a, err := c.Admit(t.Context(), cn)

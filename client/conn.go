@@ -12,12 +12,40 @@ import (
 )
 
 // ID is a connection id: the 32-byte keyed hash of a provider endpoint, a
-// credential and an optional scope (see docs/keys.md).
-type ID = keys.ID
+// credential and an optional scope (see docs/keys.md). The zero ID names
+// no connection.
+type ID [32]byte
 
-// ParseID parses an id in the form of [ID.String]: 64 lower-case hex
-// characters.
-func ParseID(s string) (ID, error) { return keys.ParseID(s) }
+// ParseID parses an id in the form of [ID.String]: exactly 64 lower-case
+// hex characters. Other input returns an error wrapping [ErrInvalidConn].
+func ParseID(s string) (ID, error) {
+	id, err := keys.ParseID(s)
+	if err != nil {
+		return ID{}, fmt.Errorf("%w: %w", ErrInvalidConn, err)
+	}
+	return ID(id), nil
+}
+
+// idFromBytes returns the ID whose bytes are b (32 of them, as on the wire).
+func idFromBytes(b []byte) (ID, error) {
+	id, err := keys.IDFromBytes(b)
+	return ID(id), err
+}
+
+// String returns id as 64 lower-case hex characters.
+func (id ID) String() string { return keys.ID(id).String() }
+
+// Bytes returns a copy of the 32 bytes of id.
+func (id ID) Bytes() []byte { return keys.ID(id).Bytes() }
+
+// Short returns the first 8 hex digits of id, the form people see in
+// logs, the dashboard and default labels ("openai gpt-4o 0a1b2c3d…"). It
+// is not unique: among 1,000 ids two share it with a chance of about 1 in
+// 8,600.
+func (id ID) Short() string { return keys.ID(id).Short() }
+
+// IsZero reports whether id is the zero ID.
+func (id ID) IsZero() bool { return id == ID{} }
 
 // ErrInvalidConn is wrapped by the errors of [Client.Connection] and of the
 // calls given a zero [Conn].
@@ -75,9 +103,10 @@ func (c Conn) LogValue() slog.Value {
 // credential; cooldownd also rejects labels that look like secrets. Errors
 // wrap [ErrInvalidConn] and never contain the credential.
 func (c *Client) Connection(provider, endpoint, credential, scope, label string) (Conn, error) {
-	id, err := keys.Derive(c.cfg.salt, keys.Connection{
+	kid, err := keys.Derive(c.cfg.salt, keys.Connection{
 		Provider: provider, Endpoint: endpoint, Credential: credential, Scope: scope,
 	})
+	id := ID(kid)
 	if err != nil {
 		return Conn{}, fmt.Errorf("%w: %w", ErrInvalidConn, err)
 	}

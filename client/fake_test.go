@@ -18,7 +18,6 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
 // fakeService is an in-memory cooldownd on the breaker model and the
@@ -90,7 +89,7 @@ func (f *fakeService) reportRequests() []*cooldownv1.ReportRequest {
 func (f *fakeService) conns(in []*cooldownv1.Connection) ([]Conn, error) {
 	out := make([]Conn, len(in))
 	for i, c := range in {
-		id, err := keys.IDFromBytes(c.GetId())
+		id, err := idFromBytes(c.GetId())
 		if err != nil {
 			return nil, connect.NewError(connect.CodeInvalidArgument, err)
 		}

@@ -41,7 +41,7 @@ func (f *fakeTime) slept() []time.Duration {
 	return append([]time.Duration(nil), f.sleeps...)
 }
 
-// TestGuardWaitsThroughHooks: with WithClock and WithSleep a caller's test
+// TestGuardWaitsThroughHooks: with withClock and withSleep (clienttest.WithClock and WithSleep) a caller's test
 // checks the guard's backoff and a provider's Retry-After without a real
 // sleep. The client decides in-process (no cooldownd), on the fake clock.
 func TestGuardWaitsThroughHooks(t *testing.T) {
@@ -75,7 +75,7 @@ func TestGuardWaitsThroughHooks(t *testing.T) {
 			t.Parallel()
 			ft := &fakeTime{now: time.Unix(1_700_000_000, 0)}
 			prov := newProvider(t, tt.script...)
-			c := newClient(t, "http://127.0.0.1:1", WithClock(ft.Now), WithSleep(ft.Sleep),
+			c := newClient(t, "http://127.0.0.1:1", withClock(ft.Now), withSleep(ft.Sleep),
 				WithBackoff(time.Second, 8*time.Second), WithDegradeAfter(1, 0))
 			cn := conn(t, c, prov.URL, "key-hooks", "")
 			start := time.Now()

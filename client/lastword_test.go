@@ -111,7 +111,7 @@ func TestFallbackKeepsTheFleetsWord(t *testing.T) {
 	t.Parallel()
 	cd := startCooldownd(t, fastPolicy())
 	ft := &fakeTime{now: time.Now()}
-	c := newClient(t, cd.URL, WithClock(ft.Now), WithDegradeAfter(1, 0))
+	c := newClient(t, cd.URL, withClock(ft.Now), WithDegradeAfter(1, 0))
 	primary := conn(t, c, "https://api.example.com", "key-primary", "")
 	fallback := conn(t, c, "https://api.example.com", "key-fallback", "")
 	limited := conn(t, c, "https://api.example.com", "key-limited", "")

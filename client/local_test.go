@@ -10,8 +10,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/cooldownd/cooldownd/internal/breaker"
 )
 
 func TestLocalFallbackAndRecovery(t *testing.T) {
@@ -61,7 +59,7 @@ func TestLocalFallbackAndRecovery(t *testing.T) {
 
 func TestLocalBreakerDecidesWhileDegraded(t *testing.T) {
 	t.Parallel()
-	p := breaker.DefaultPolicy()
+	p := DefaultPolicy()
 	p.ConsecutiveFailures = 2
 	p.OpenBase = time.Minute
 	p.OpenMax = time.Minute

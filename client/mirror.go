@@ -10,7 +10,6 @@ import (
 	"connectrpc.com/connect"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
-	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
 const (
@@ -162,7 +161,7 @@ func (m *mirror) learn(a Admission, state cooldownv1.State, throttle float64, t 
 
 // answered takes cooldownd's answer to a report sent from the queue.
 func (m *mirror) answered(req *cooldownv1.ReportRequest, resp *cooldownv1.ReportResponse) {
-	if id, err := keys.IDFromBytes(req.GetConnection().GetId()); err == nil {
+	if id, err := idFromBytes(req.GetConnection().GetId()); err == nil {
 		m.reportAnswer(NewConn(id, req.GetConnection().GetLabel()), resp)
 	}
 }
@@ -268,7 +267,7 @@ func (m *mirror) sawThrottle(id ID) {
 
 // event applies one transition of the tenant.
 func (m *mirror) event(st *cooldownv1.ConnectionState, now time.Time) {
-	id, err := keys.IDFromBytes(st.GetConnection().GetId())
+	id, err := idFromBytes(st.GetConnection().GetId())
 	if err != nil {
 		return
 	}

@@ -112,7 +112,7 @@ func defaultConfig() config {
 // check validates the options and fills in what depends on others.
 func (c *config) check() error {
 	if err := c.policy.Validate(); err != nil {
-		return fmt.Errorf("client: local policy: %w", err)
+		return fmt.Errorf("client: local policy: %w", policyError(err))
 	}
 	if n := len(c.salt); n != 0 && (n < keys.MinSaltLen || n > keys.MaxSaltLen) {
 		return fmt.Errorf("client: salt must be empty or %d to %d bytes, got %d", keys.MinSaltLen, keys.MaxSaltLen, n)
@@ -175,21 +175,11 @@ func WithFailMode(m FailMode) Option {
 	return optionFunc(func(c *config) { c.failMode = m })
 }
 
-// Policy holds the tunables of the in-process breaker: the same state
-// machine and fields as cooldownd's policies (durations, trip thresholds,
-// probes). Start from [DefaultPolicy].
-type Policy = breaker.Policy
-
-// DefaultPolicy returns cooldownd's documented default policy: trip after 5
-// consecutive failures or a 50 % failure rate over 60 s (20 calls at
-// least), open 10 s doubling to 5 min, one probe with a 30 s lease.
-func DefaultPolicy() Policy { return breaker.DefaultPolicy() }
-
 // WithLocalPolicy sets the policy of the in-process breaker that decides
 // while cooldownd is unreachable. The default is [DefaultPolicy]; [New]
 // rejects an invalid policy.
 func WithLocalPolicy(p Policy) Option {
-	return optionFunc(func(c *config) { c.policy = p })
+	return optionFunc(func(c *config) { c.policy = p.breaker() })
 }
 
 // WithSalt sets the salt that keys connection ids (see docs/keys.md). Every
@@ -302,30 +292,6 @@ func WithReportQueue(size int, maxAge time.Duration) Option {
 		}
 		if maxAge > 0 {
 			c.queueMaxAge = maxAge
-		}
-	})
-}
-
-// WithClock sets the clock of the client: the guards' deadlines and the
-// degradation window, the in-process breaker, the report queue's ages.
-// With [WithSleep], tests can check backoff and waits without real
-// sleeps. A nil clock keeps [time.Now].
-func WithClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) {
-		if now != nil {
-			c.now = now
-		}
-	})
-}
-
-// WithSleep sets how the guards wait: their retry backoff and their waits
-// for a denied connection. (The report queue's background retries keep
-// real timers.) sleep must return ctx's error when ctx ends first, and nil
-// after d. A nil sleep keeps the default (a timer).
-func WithSleep(sleep func(ctx context.Context, d time.Duration) error) Option {
-	return optionFunc(func(c *config) {
-		if sleep != nil {
-			c.sleep = sleep
 		}
 	})
 }

@@ -32,6 +32,7 @@ import (
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/client"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/proctest"
 	"github.com/cooldownd/cooldownd/test/storm/fakeprovider"
 	"github.com/cooldownd/cooldownd/test/storm/worker"
@@ -48,7 +49,7 @@ type Options struct {
 	RedisAddr string
 	// K replicas, P client processes of G goroutines each.
 	K, P, G int
-	Policy  client.Policy
+	Policy  breaker.Policy
 	Timing  Timing
 	// Dir receives the children's logs; it must exist.
 	Dir string
@@ -131,7 +132,7 @@ func Start(ctx context.Context, o Options) (*Harness, error) {
 // ensureReplicas makes the K replicas run with policy p: it keeps them if
 // they already do, else it stops them and starts K new ones on the same
 // Redis.
-func (h *Harness) ensureReplicas(ctx context.Context, p client.Policy) error {
+func (h *Harness) ensureReplicas(ctx context.Context, p breaker.Policy) error {
 	flags := ServerFlags(p)
 	if len(h.replicas) == h.opts.K && slices.Equal(flags, h.flags) {
 		return nil
@@ -288,6 +289,10 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 	if err := o.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", sc.Name, err)
 	}
+	local, err := LocalPolicy(o.Policy)
+	if err != nil {
+		return nil, err
+	}
 	if st == worker.Cooldownd {
 		if err := h.ensureReplicas(ctx, o.Policy); err != nil {
 			return nil, err
@@ -335,7 +340,7 @@ func (h *Harness) Run(ctx context.Context, sc Scenario, st worker.Strategy) (*Re
 		}
 		cfg := worker.Config{
 			ID: i, Strategy: st, Cooldownd: replica, Provider: provURL, RunID: runID,
-			Goroutines: o.G, Fallback: sc.Fallback, Policy: o.Policy, MaxRetries: t.MaxRetries,
+			Goroutines: o.G, Fallback: sc.Fallback, Policy: local, MaxRetries: t.MaxRetries,
 			BackoffBase: t.BackoffBase, BackoffCap: t.BackoffCap, AdmitTimeout: t.AdmitTimeout,
 			AttemptTimeout: t.AttemptTimeout, Deadline: t.Deadline, Think: t.Think, Duration: sc.Duration,
 			Seed: uint64(h.seq.Load()),

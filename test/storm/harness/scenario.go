@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -71,8 +72,8 @@ const (
 // local breaker of the process-local strategy): trip after 3 consecutive
 // failures, open 100 ms doubling to 400 ms with ±10 % jitter, one probe
 // with a 600 ms lease (longer than a request may take).
-func DefaultPolicy() client.Policy {
-	p := client.DefaultPolicy()
+func DefaultPolicy() breaker.Policy {
+	p := breaker.DefaultPolicy()
 	p.ConsecutiveFailures = 3
 	p.FailureRate = 0
 	p.OpenBase = 100 * time.Millisecond
@@ -88,12 +89,32 @@ func DefaultPolicy() client.Policy {
 // --name=value per knob (the fleet rules' --retry-budget,
 // --retry-budget-min, --throttle-k, --trip-quorum, --fleet-window and
 // --shadow included), so that a scenario's policy edits reach the replicas.
-func ServerFlags(p client.Policy) []string {
+func ServerFlags(p breaker.Policy) []string {
 	var out []string
 	for _, k := range breaker.Knobs() {
 		out = append(out, k.Flag()+"="+k.String(k.Get(p)))
 	}
 	return out
+}
+
+// LocalPolicy is the in-process breaker's part of the replicas' policy p,
+// which the workers' clients run with: every field of [client.Policy],
+// copied from the field of p of the same name (client.Policy holds the
+// knobs one process applies to its own calls; the trip quorum is
+// cooldownd's alone). It fails when a field of client.Policy has no
+// counterpart in p, so that the two cannot drift apart unnoticed.
+func LocalPolicy(p breaker.Policy) (client.Policy, error) {
+	var lp client.Policy
+	dst, src := reflect.ValueOf(&lp).Elem(), reflect.ValueOf(p)
+	for i := range dst.NumField() {
+		name := dst.Type().Field(i).Name
+		f := src.FieldByName(name)
+		if !f.IsValid() || f.Type() != dst.Field(i).Type() {
+			return client.Policy{}, fmt.Errorf("harness: client.Policy.%s has no breaker.Policy field of its type", name)
+		}
+		dst.Field(i).Set(f)
+	}
+	return lp, nil
 }
 
 // Scenario is one scripted provider incident.
@@ -122,7 +143,7 @@ type Scenario struct {
 	// Policy edits the harness's policy for this scenario: the replicas
 	// run with it (see [ServerFlags]) and so does the local breaker. Nil
 	// keeps the harness's policy.
-	Policy func(*client.Policy)
+	Policy func(*breaker.Policy)
 	// Strategies are the strategies the scenario makes sense for; nil:
 	// every one.
 	Strategies []worker.Strategy
@@ -142,7 +163,7 @@ const (
 )
 
 // PolicyFor is the policy scenario sc runs with, from the harness's base.
-func (sc Scenario) PolicyFor(base client.Policy) client.Policy {
+func (sc Scenario) PolicyFor(base breaker.Policy) breaker.Policy {
 	if sc.Policy != nil {
 		sc.Policy(&base)
 	}
@@ -171,7 +192,7 @@ func Scenarios(t Timing) []Scenario {
 	outage := func(kind fakeprovider.Kind) fakeprovider.Phase {
 		return fakeprovider.Phase{Key: worker.KeyPrimary, From: w, To: w + o, Kind: kind}
 	}
-	noTrips := func(p *client.Policy) { p.ConsecutiveFailures, p.FailureRate = 0, 0 }
+	noTrips := func(p *breaker.Policy) { p.ConsecutiveFailures, p.FailureRate = 0, 0 }
 	fw := t.FleetWindow
 	capacity := outage(fakeprovider.Capacity)
 	capacity.Capacity = t.Capacity
@@ -182,8 +203,8 @@ func Scenarios(t Timing) []Scenario {
 	// consecutive-failure count is reset by the others' successes, so the
 	// quorum scenarios add a sensitive failure-rate rule that one broken
 	// process does trip without the quorum (see the control).
-	quorum := func(n int) func(*client.Policy) {
-		return func(p *client.Policy) {
+	quorum := func(n int) func(*breaker.Policy) {
+		return func(p *breaker.Policy) {
 			p.FailureRate, p.MinCalls, p.Window = QuorumFailureRate, 20, fw
 			p.TripQuorum, p.FleetWindow = n, fw
 		}
@@ -194,7 +215,7 @@ func Scenarios(t Timing) []Scenario {
 			Title: fmt.Sprintf("every request fails with 500 for %s, the breaker's trip rules off: only the retry budget (%g of first attempts, at least %d/s, over %s) holds retries back",
 				o, RetryBudgetRatio, RetryBudgetMin, fw),
 			Script: script(outage(fakeprovider.Error)), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true,
-			Policy: func(p *client.Policy) {
+			Policy: func(p *breaker.Policy) {
 				noTrips(p)
 				p.RetryBudget, p.RetryBudgetMin, p.FleetWindow = RetryBudgetRatio, RetryBudgetMin, fw
 			},
@@ -204,7 +225,7 @@ func Scenarios(t Timing) []Scenario {
 			Title: fmt.Sprintf("for %s the provider serves %d requests/s and fails the rest with 500; adaptive throttle K=%g over %s, trip rules and retry budget off",
 				o, t.Capacity, ThrottleK, t.ThrottleWindow),
 			Script: script(capacity), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true,
-			Policy: func(p *client.Policy) {
+			Policy: func(p *breaker.Policy) {
 				noTrips(p)
 				p.RetryBudget, p.ThrottleK, p.FleetWindow = 0, ThrottleK, t.ThrottleWindow
 			},
@@ -225,7 +246,7 @@ func Scenarios(t Timing) []Scenario {
 			Name: RuleShadow, Rule: RuleShadow,
 			Title:  fmt.Sprintf("every request fails with 500 for %s, then healthy; the policy is in shadow mode", o),
 			Script: script(outage(fakeprovider.Error)), Duration: end, OutageFrom: w, OutageTo: w + o, Heals: true,
-			Policy: func(p *client.Policy) { p.Shadow = true }, Strategies: []worker.Strategy{worker.Cooldownd},
+			Policy: func(p *breaker.Policy) { p.Shadow = true }, Strategies: []worker.Strategy{worker.Cooldownd},
 		},
 	}
 	return append([]Scenario{
