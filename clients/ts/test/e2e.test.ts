@@ -317,7 +317,9 @@ describe("the mirror", () => {
     const deadline = Date.now() + 20_000;
     while (!c.stats().mirror!.live && Date.now() < deadline) await sleep(20);
     assert.ok(c.stats().mirror!.live, "the watch stream is live");
+    const start = Date.now();
     for (let i = 0; i < 200; i++) assert.equal((await c.do(x, () => fetch(provider.url))).status, 200);
+    const elapsed = Date.now() - start;
     const s = c.stats().mirror!;
     assert.ok(s.admits >= 199, `mirrored admits ${s.admits}`);
     assert.equal(s.batched, 200);
@@ -328,7 +330,11 @@ describe("the mirror", () => {
     const rpc = createClient(CooldownService, createConnectTransport({ baseUrl: server.url, httpVersion: "1.1" }));
     const got = await rpc.getConnection({ id: x.id });
     assert.equal(got.connection?.recentSuccesses, 200n, "the batches counted as 200 successes");
-    assert.ok(c.stats().mirror!.batches < 20, `batches ${c.stats().mirror!.batches}`);
+    // One batch per interval at most (and the flush's): the calls' wall time sets how many
+    // intervals passed, so a loaded machine is not a failure.
+    const bound = Math.ceil(elapsed / 100) + 2;
+    assert.ok(c.stats().mirror!.batches <= bound, `batches ${c.stats().mirror!.batches} over ${elapsed} ms (at most ${bound})`);
+    assert.ok(c.stats().mirror!.batches < 200, "batched, not one report per call");
   });
 
   test("another process's cooldown stops the mirror's local admits when its event arrives", async () => {

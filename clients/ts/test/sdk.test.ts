@@ -67,9 +67,10 @@ test("openai: the SDK's abort reaches the provider call and is not retried", asy
   const key = `sk-openai-abort-${process.pid}`;
   const conn = cd.connection({ provider: "openai", endpoint: provider.url + "/v1", credential: key });
   const oa = new OpenAI({ apiKey: key, baseURL: provider.url + "/v1", fetch: cd.fetch(conn), maxRetries: 0 });
-  provider.answer((_q, res) => { setTimeout(() => res.writeHead(200).end("{}"), 3000); });
   const ctl = new AbortController();
-  setTimeout(() => ctl.abort(), 100);
+  // The caller aborts once the provider has the request (not on a timer: a loaded machine's
+  // Admit can take longer than any fixed delay, and then nothing reaches the provider).
+  provider.answer((_q, res) => { ctl.abort(); setTimeout(() => res.writeHead(200).end("{}"), 3000); });
   await assert.rejects(oa.chat.completions.create({ model: "gpt-4o", messages: [{ role: "user", content: "x" }] }, { signal: ctl.signal }),
     (e: unknown) => e instanceof OpenAI.APIUserAbortError);
   assert.equal(provider.requests.length, 1);
