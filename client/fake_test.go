@@ -219,10 +219,14 @@ func (m memClient) Do(req *http.Request) (*http.Response, error) {
 	return rec.Result(), nil
 }
 
-// fakeClient returns a Client on an in-memory fake cooldownd.
+// client returns a Client on an in-memory fake cooldownd, with the
+// generous admit timeout of [newClient]: outside synctest the clock is
+// real, and on a loaded machine a call past 250 ms is rightly decided
+// in-process (TestAdmitAttempt failed so, once in 20). Tests about timeouts
+// set their own.
 func (f *fakeService) client(opts ...Option) (*Client, error) {
 	_, h := cooldownv1connect.NewCooldownServiceHandler(f)
-	base := []Option{WithHTTPClient(memClient{h}), WithLogger(slog.New(slog.DiscardHandler))}
+	base := []Option{WithHTTPClient(memClient{h}), WithLogger(slog.New(slog.DiscardHandler)), WithAdmitTimeout(10 * time.Second)}
 	return New("http://cooldownd.invalid", append(base, opts...)...)
 }
 
