@@ -70,12 +70,17 @@ func installBlock(t *testing.T, root string) string {
 }
 
 // newConsumer writes a fresh module example.com/consumer holding main,
-// adds the client to it as README.md says, and returns its directory.
-func newConsumer(t *testing.T, root, main string) string {
+// runs the go commands first (each a list of arguments, such as a go get
+// of an SDK), adds the client to it as README.md says, and returns its
+// directory.
+func newConsumer(t *testing.T, root, main string, first ...[]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.com/consumer\n\ngo 1.26.0\n"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(main), 0o644))
+	for _, args := range first {
+		goCmd(t, dir, args...)
+	}
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", installBlock(t, root))
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")

@@ -14,8 +14,8 @@ import (
 	"time"
 )
 
-// TestREADMEBlock1 is go block 1 of README.md (wrapper "new-do": a client, a connection and one guarded call; the provider answers 429 once, and the retry must carry the body).
-func TestREADMEBlock1(t *testing.T) {
+// TestREADMEBlock2 is go block 2 of README.md (wrapper "new-do": a client, a connection and one guarded call; the provider answers 429 once, and the retry must carry the body).
+func TestREADMEBlock2(t *testing.T) {
 	t.Parallel()
 	runDo(t, func(e *env) (*http.Response, error) {
 		ctx := e.ctx
@@ -24,7 +24,7 @@ func TestREADMEBlock1(t *testing.T) {
 		url := e.url
 		body := e.body
 		_, _, _, _, _ = ctx, cooldowndURL, apiKey, url, body
-		// README.md, go block 1:
+		// README.md, go block 2:
 		cl, err := client.New(cooldowndURL, client.WithToken(os.Getenv("COOLDOWND_TOKEN")))
 		if err != nil {
 			return nil, err
