@@ -73,6 +73,7 @@ lint:
 	@for m in $(LEAN_MODULES); do echo "staticcheck in $$m"; (cd $$m && $(STATICCHECK) ./...) || exit 1; done
 	@for m in . $(LEAN_MODULES); do (cd $$m && go mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy in $$m"; exit 1; }; done
 	$(BUF) lint
+	$(MAKE) apicheck
 
 # HELM is the helm the README names, pinned in its own module (tools/helm/go.mod) so that helm's
 # dependencies stay out of go.mod and out of buf's. Its first run builds it from the Go module
@@ -93,6 +94,40 @@ helm-check:
 		echo "helm template cooldownd $(CHART) $$vals"; \
 		out="$$("$$helm" template cooldownd $(CHART) $$vals 2>&1 >/dev/null)" || { echo "$$out"; exit 1; }; \
 	done
+
+# APIDIFF is golang.org/x/exp/cmd/apidiff, pinned in its own module (tools/apidiff/go.mod) so that
+# x/exp and x/tools stay out of go.mod. APIDIFF_BASELINE is the client module's exported API at its
+# last release (written by make apibaseline from the release's tag), so the check needs no tags and no
+# history: a fresh or shallow clone runs it. Decision 0043.
+APIDIFF_MODFILE := $(CURDIR)/tools/apidiff/go.mod
+APIDIFF := go tool -modfile=$(APIDIFF_MODFILE) apidiff
+APIDIFF_BASELINE := client/api/v0.1.0.apidiff
+CLIENT_MODULE := github.com/cooldownd/cooldownd/client
+.PHONY: apicheck apibaseline
+## apicheck: the client module's exported API (client, client/clienttest) against its last release:
+## an incompatible change fails unless CHANGELOG.md's Unreleased section names it under ### Breaking.
+## Run by make lint.
+apicheck:
+	go -C tools/apidiff mod tidy -diff
+	go -C tools/apidiff vet ./...
+	go -C tools/apidiff test -count=1 ./...
+	@set -e; dir="$$(mktemp -d)"; trap 'rm -rf "$$dir"' EXIT; \
+	echo "apidiff -m $(APIDIFF_BASELINE) $(CLIENT_MODULE)"; \
+	(cd client && $(APIDIFF) -m "$(CURDIR)/$(APIDIFF_BASELINE)" $(CLIENT_MODULE)) >"$$dir/report" 2>"$$dir/err" || { cat "$$dir/err"; exit 1; }; \
+	go -C tools/apidiff run ./apicheck -changelog "$(CURDIR)/CHANGELOG.md" <"$$dir/report"
+
+API_REF ?= HEAD
+## apibaseline: write the exported API of the client module as committed at API_REF (default HEAD; a
+## clean worktree, so uncommitted edits never leak in) to client/api/$(API_VERSION).apidiff. A release:
+## commit its CHANGELOG section, make apibaseline API_VERSION=vX.Y.Z, point APIDIFF_BASELINE at the
+## file, commit both and tag that commit client/vX.Y.Z.
+apibaseline:
+	@test -n "$(API_VERSION)" || { echo "usage: make apibaseline API_VERSION=vX.Y.Z [API_REF=commit]"; exit 1; }
+	@set -e; dir="$$(mktemp -d)"; trap 'git worktree remove --force "$$dir/src" 2>/dev/null; rm -rf "$$dir"' EXIT; \
+	git worktree add --quiet --detach "$$dir/src" "$(API_REF)"; \
+	out="$(CURDIR)/client/api/$(API_VERSION).apidiff"; mkdir -p "$$(dirname "$$out")"; \
+	(cd "$$dir/src/client" && $(APIDIFF) -m -w "$$out" $(CLIENT_MODULE)) 2>"$$dir/err" || { cat "$$dir/err"; exit 1; }; \
+	echo "wrote $$out: the client module at $(API_REF) ($$(git rev-parse --short "$(API_REF)^{commit}"))"
 
 FUZZTIME ?= 10s
 ## fuzz: run every fuzz target briefly (FUZZTIME each) on its checked-in corpus and new inputs.

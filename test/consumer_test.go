@@ -30,11 +30,11 @@ var consumerModules = []string{
 	module + "/client",
 	module + "/internal/breaker",
 	module + "/internal/keys",
-	"github.com/golang/protobuf",      // google.golang.org/protobuf's own requirement
-	"github.com/google/go-cmp",        // google.golang.org/protobuf's own requirement
-	"github.com/stretchr/testify",     // the client's tests
-	"go.uber.org/goleak",              // the client's tests
-	"go.yaml.in/yaml/v3",              // testify's
+	"github.com/golang/protobuf",  // google.golang.org/protobuf's own requirement
+	"github.com/google/go-cmp",    // google.golang.org/protobuf's own requirement
+	"github.com/stretchr/testify", // the client's tests
+	"go.uber.org/goleak",          // the client's tests
+	"go.yaml.in/yaml/v3",          // testify's
 	"google.golang.org/protobuf",
 }
 
