@@ -97,8 +97,8 @@ helm-check:
 
 # APIDIFF is golang.org/x/exp/cmd/apidiff, pinned in its own module (tools/apidiff/go.mod) so that
 # x/exp and x/tools stay out of go.mod. APIDIFF_BASELINE is the client module's exported API at its
-# last release (written by make apibaseline from the release's tag), so the check needs no tags and no
-# history: a fresh or shallow clone runs it. Decision 0043.
+# last release (written by make apibaseline from the release's commit), so the check needs no tags and
+# no history: a fresh or shallow clone runs it. Decision 0043.
 APIDIFF_MODFILE := $(CURDIR)/tools/apidiff/go.mod
 APIDIFF := go tool -modfile=$(APIDIFF_MODFILE) apidiff
 APIDIFF_BASELINE := client/api/v0.1.0.apidiff
