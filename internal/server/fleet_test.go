@@ -373,7 +373,12 @@ func TestTripQuorumThroughServer(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			f := startFleet(t, b, func(string) breaker.Policy {
-				return fleetPolicy(func(p *breaker.Policy) { p.ConsecutiveFailures, p.FailureRate, p.TripQuorum = 1, 0, 2 })
+				return fleetPolicy(func(p *breaker.Policy) {
+					p.ConsecutiveFailures, p.FailureRate, p.TripQuorum = 1, 0, 2
+					// Opens that outlast the test: read back after a loaded moment,
+					// fastPolicy's 100 ms open had already ended (OPEN_EXPIRED).
+					p.OpenBase, p.OpenMax = time.Minute, time.Minute
+				})
 			})
 			fail := func(c *cooldownv1.Connection, reporter string) cooldownv1.State {
 				return f.report(t, &cooldownv1.ReportRequest{Connection: c, Outcome: cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE,
