@@ -7,8 +7,8 @@ import (
 )
 
 // BenchmarkGuardHealthy measures the guard's healthy path (a no-op
-// provider call on a closed connection) against a real in-process
-// cooldownd over loopback h2c, with and without the mirror. It prints
+// provider call on a closed connection) against a real cooldownd process
+// over loopback h2c, with and without the mirror. It prints
 // calls/s; nothing asserts a figure.
 func BenchmarkGuardHealthy(b *testing.B) {
 	for _, mirror := range []bool{false, true} {

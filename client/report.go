@@ -59,18 +59,19 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		}
 		return c.local.report(c.now(), a, cl, false).open, nil
 	}
-	req := c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl)
 	if c.mirror != nil && cl.Outcome == OutcomeSuccess && cl.Proactive <= 0 {
 		// With the mirror, a success never waits on cooldownd: counted
-		// for the next batch, or (a probe's, which releases the fleet) sent
-		// at once in the background.
+		// for the next batch (no request is built: the healthy path's
+		// cost), or (a probe's, which releases the fleet) sent at once in
+		// the background.
 		if a.LeaseToken == "" {
 			c.mirror.add(a.Conn, a.Revision, a.Retry)
 		} else {
-			c.enqueue(req, 0)
+			c.enqueue(c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl), 0)
 		}
 		return false, nil
 	}
+	req := c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl)
 	if !c.health.useService(c.now()) {
 		c.enqueue(req, reportDelay(cl))
 		return c.local.report(c.now(), a, cl, true).open, nil

@@ -547,15 +547,16 @@ export class Client {
       if (informs(cl)) this.enqueue(this.reportRequest(a.conn, this.revs.get(a.conn.idHex) ?? 0n, "", retry, cl), reportDelay(cl));
       return this.localReport(a, cl, false);
     }
-    const req = this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl);
     if (this.mirror && cl.outcome === Outcome.Success && cl.proactiveMs <= 0) {
       // With the mirror a success never waits on cooldownd: counted for the
-      // next batch (retries apart: one report has one retry flag), or (a
-      // probe's, which releases the fleet) sent at once in the background.
+      // next batch (retries apart: one report has one retry flag; no request
+      // is built, the healthy path's cost), or (a probe's, which releases
+      // the fleet) sent at once in the background.
       if (a.leaseToken === "") this.mirror.add(a.conn, a.revision, retry);
-      else this.enqueue(req, 0);
+      else this.enqueue(this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl), 0);
       return false;
     }
+    const req = this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl);
     if (!this.health.useService(this.now())) {
       this.enqueue(req, reportDelay(cl));
       return this.localReport(a, cl, true);
