@@ -181,6 +181,11 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 		go func() { errc <- ms.Serve(mln) }()
 		metricsAt = mln.Addr().String()
 	}
+	if authn != nil && cfg.metricsAddr == "" && metricsToken == "" {
+		// /metrics names every tenant: with auth on, the API port refuses it.
+		log.Warn("/metrics is refused on --addr with --tokens-file: give --metrics-addr (a port for Prometheus only) or --metrics-token-file")
+		metricsAt = "refused (auth on: give --metrics-addr or --metrics-token-file)"
+	}
 	log.Info("cooldownd serving", "version", build.Version, "revision", build.Revision, "addr", ln.Addr().String(),
 		"tls", cfg.tlsCertFile != "", "auth", authn != nil, "metrics", metricsAt, "metrics_token", metricsToken != "",
 		"policy_file", cfg.policyFile, policyAttrs(cfg.policy))

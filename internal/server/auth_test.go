@@ -193,13 +193,16 @@ func TestTenantIsolation(t *testing.T) {
 	}
 }
 
-// TestAuthHTTPEndpointsOpen: health and metrics need no token (probes and
-// scrapers), and carry no tenant data.
+// TestAuthHTTPEndpointsOpen: health needs no token (probes) and carries no
+// tenant data; /metrics, which names tenants, is closed on the API port
+// without a metrics token (TestMetricsExposure).
 func TestAuthHTTPEndpointsOpen(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withAuth(tokens))
 	code, _ := e.get(t, "/healthz")
 	assert.Equal(t, http.StatusOK, code)
-	code, _ = e.get(t, "/metrics")
+	code, _ = e.get(t, "/livez")
 	assert.Equal(t, http.StatusOK, code)
+	code, _ = e.get(t, "/metrics")
+	assert.Equal(t, http.StatusForbidden, code)
 }

@@ -165,8 +165,10 @@ func (s *Server) ObserveRedis(op string, d time.Duration) {
 
 // MetricsHandler serves /metrics, behind Options.MetricsToken when set. The
 // first call registers the connections-by-state collector, which needs the
-// store. Handler mounts it unless Options.MetricsOff; a server that serves
-// metrics on a listener of its own mounts it there.
+// store. A server that serves metrics on a listener of its own
+// (Options.MetricsOff) mounts it there; Handler mounts it on the API port
+// unless Options.MetricsOff, and with auth on only when a metrics token is
+// set (see apiMetricsHandler).
 func (s *Server) MetricsHandler() http.Handler {
 	m := s.metrics
 	m.mu.Lock()
@@ -190,6 +192,25 @@ func (s *Server) MetricsHandler() http.Handler {
 			return
 		}
 		h.ServeHTTP(w, r)
+	})
+}
+
+// errMetricsClosed is the API port's answer to a scrape with auth on and no
+// metrics token.
+const errMetricsClosed = "/metrics names every tenant: with authentication on it is served on a listener of its own (--metrics-addr) or with the metrics bearer token (--metrics-token-file), not on the API port"
+
+// apiMetricsHandler is /metrics on the API port. Without auth, or with a
+// metrics token, it is [Server.MetricsHandler]. With auth on and no metrics
+// token it refuses every scrape (403): cooldownd_connections names every
+// tenant this replica served, and neither an anonymous caller nor one
+// tenant's token may read the others' names
+// (docs/decisions/0044-auth-covers-metrics-and-reflection.md).
+func (s *Server) apiMetricsHandler() http.Handler {
+	if s.auth == nil || s.metricsTo != "" {
+		return s.MetricsHandler()
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, errMetricsClosed, http.StatusForbidden)
 	})
 }
 

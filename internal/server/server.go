@@ -11,7 +11,6 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
-	"connectrpc.com/grpcreflect"
 
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
@@ -49,7 +48,9 @@ type Options struct {
 	// its shadow mark and fleet counts through it. Nil: the store's policy
 	// of the tenant.
 	PolicyFor func(tenant, label string) breaker.Policy
-	// MetricsToken, when set, is the bearer token /metrics requires.
+	// MetricsToken, when set, is the bearer token /metrics requires. With
+	// Auth set and no MetricsToken, Handler's /metrics refuses every scrape
+	// (it names every tenant): serve MetricsHandler on a listener of its own.
 	MetricsToken string
 	// MetricsOff leaves /metrics out of Handler, for a server that serves
 	// [Server.MetricsHandler] on a listener of its own.
@@ -152,11 +153,9 @@ func (s *Server) Handler() http.Handler {
 	checker := &healthChecker{store: s.store, timeout: s.readyTO}
 	mux.Handle(grpchealth.NewHandler(checker))
 	services := []string{cooldownv1connect.CooldownServiceName, cooldownv1connect.AdminServiceName, grpchealth.HealthV1ServiceName}
-	reflector := grpcreflect.NewStaticReflector(services...)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
+	s.mountReflection(mux, services...)
 	if !s.metricsNo {
-		mux.Handle("/metrics", s.MetricsHandler())
+		mux.Handle("/metrics", s.apiMetricsHandler())
 	}
 	dash, err := dashboard.New(dashboard.Options{AuthEnabled: s.auth != nil, Identify: func(h http.Header) (dashboard.Identity, error) {
 		who, err := s.Identify(h)
