@@ -450,6 +450,63 @@ func (Override) EnumDescriptor() ([]byte, []int) {
 	return file_v1_cooldown_proto_rawDescGZIP(), []int{5}
 }
 
+// TripRule is one of the breaker's trip rules.
+type TripRule int32
+
+const (
+	// Unknown, or none.
+	TripRule_TRIP_RULE_UNSPECIFIED TripRule = 0
+	// Policy.consecutive_failures transient failures in a row.
+	TripRule_TRIP_RULE_CONSECUTIVE_FAILURES TripRule = 1
+	// Policy.failure_rate over Policy.window, once Policy.min_calls calls.
+	TripRule_TRIP_RULE_FAILURE_RATE TripRule = 2
+	// A half-open connection's probe failed.
+	TripRule_TRIP_RULE_PROBE_FAILURE TripRule = 3
+)
+
+// Enum value maps for TripRule.
+var (
+	TripRule_name = map[int32]string{
+		0: "TRIP_RULE_UNSPECIFIED",
+		1: "TRIP_RULE_CONSECUTIVE_FAILURES",
+		2: "TRIP_RULE_FAILURE_RATE",
+		3: "TRIP_RULE_PROBE_FAILURE",
+	}
+	TripRule_value = map[string]int32{
+		"TRIP_RULE_UNSPECIFIED":          0,
+		"TRIP_RULE_CONSECUTIVE_FAILURES": 1,
+		"TRIP_RULE_FAILURE_RATE":         2,
+		"TRIP_RULE_PROBE_FAILURE":        3,
+	}
+)
+
+func (x TripRule) Enum() *TripRule {
+	p := new(TripRule)
+	*p = x
+	return p
+}
+
+func (x TripRule) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (TripRule) Descriptor() protoreflect.EnumDescriptor {
+	return file_v1_cooldown_proto_enumTypes[6].Descriptor()
+}
+
+func (TripRule) Type() protoreflect.EnumType {
+	return &file_v1_cooldown_proto_enumTypes[6]
+}
+
+func (x TripRule) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use TripRule.Descriptor instead.
+func (TripRule) EnumDescriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
+}
+
 // Connection names one provider endpoint used with one credential, as a
 // keyed hash computed by the client (see docs/keys.md). The credential
 // never leaves the calling process.
@@ -558,7 +615,10 @@ type ConnectionState struct {
 	Shadow bool `protobuf:"varint,21,opt,name=shadow,proto3" json:"shadow,omitempty"`
 	// The fleet's counts over the last Policy.fleet_window (the older bucket
 	// weighted by its overlap); see docs/policies.md.
-	Fleet         *FleetCounts `protobuf:"bytes,22,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	Fleet *FleetCounts `protobuf:"bytes,22,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	// Why the connection is in this state under its policy, computed by the
+	// server (internal/breaker Explain): readers display it, never derive it.
+	Explanation   *Explanation `protobuf:"bytes,23,opt,name=explanation,proto3" json:"explanation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -747,6 +807,348 @@ func (x *ConnectionState) GetFleet() *FleetCounts {
 	return nil
 }
 
+func (x *ConnectionState) GetExplanation() *Explanation {
+	if x != nil {
+		return x.Explanation
+	}
+	return nil
+}
+
+// Explanation says why a connection is in its state under its policy, and
+// how far it is from the next rule: computed once, by the server, so that
+// the dashboard, cooldownctl and every other reader show the same thing.
+type Explanation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why, in words, most severe first (e.g. "open: 5 consecutive failures
+	// tripped the breaker", "retry budget spent: retries are denied"); empty
+	// for a healthy connection.
+	Reasons []string `protobuf:"bytes,1,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// The connection's sort rank, lower first: open (an auth block, an
+	// exhausted quota, a breaker, a forced open, an overload, a rate-limit
+	// cooldown), half-open, forced closed, denied by a fleet rule, failing,
+	// healthy. Ties are the reader's to break.
+	Severity uint32 `protobuf:"varint,2,opt,name=severity,proto3" json:"severity,omitempty"`
+	// The rule that tripped the breaker of a connection open by
+	// CAUSE_BREAKER (or, half-open, of the open it recovers from);
+	// TRIP_RULE_UNSPECIFIED when not known: both rules are on and the
+	// counts that tripped it were reset by the trip.
+	Tripped TripRule `protobuf:"varint,3,opt,name=tripped,proto3,enum=cooldown.v1.TripRule" json:"tripped,omitempty"`
+	// The policy's trip rules that are on, and how far a closed connection
+	// is from each.
+	TripRules []*TripRuleState `protobuf:"bytes,4,rep,name=trip_rules,json=tripRules,proto3" json:"trip_rules,omitempty"`
+	// Transient failures in a row, each from a reporter new to the trip
+	// quorum, that trip the breaker now; 0: no failure trips it (not closed,
+	// an override, or every rule off). 1: the next failure trips it.
+	FailuresToTrip uint32 `protobuf:"varint,5,opt,name=failures_to_trip,json=failuresToTrip,proto3" json:"failures_to_trip,omitempty"`
+	// The fleet retry budget; unset when the policy has none.
+	RetryBudget *RetryBudget `protobuf:"bytes,6,opt,name=retry_budget,json=retryBudget,proto3" json:"retry_budget,omitempty"`
+	// The adaptive throttle's rejection probability now, and whether it
+	// applies to calls (closed, no override).
+	ThrottleProbability float64 `protobuf:"fixed64,7,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
+	Throttling          bool    `protobuf:"varint,8,opt,name=throttling,proto3" json:"throttling,omitempty"`
+	// The trip quorum: distinct reporters of transient failures within the
+	// fleet window, and how many trip the breaker (0: the quorum is off).
+	QuorumReporters uint32 `protobuf:"varint,9,opt,name=quorum_reporters,json=quorumReporters,proto3" json:"quorum_reporters,omitempty"`
+	QuorumNeeded    uint32 `protobuf:"varint,10,opt,name=quorum_needed,json=quorumNeeded,proto3" json:"quorum_needed,omitempty"`
+	// Half-open: the cause of the open period it is recovering from
+	// (CAUSE_UNSPECIFIED when its history no longer says).
+	OpenedBy Cause `protobuf:"varint,11,opt,name=opened_by,json=openedBy,proto3,enum=cooldown.v1.Cause" json:"opened_by,omitempty"`
+	// A forced state (or a half-open one a forced open led to): the
+	// operator who forced it and their reason, from its history.
+	Actor  string `protobuf:"bytes,12,opt,name=actor,proto3" json:"actor,omitempty"`
+	Reason string `protobuf:"bytes,13,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What an Admit of a first attempt is denied with now (before shadow
+	// mode); DENY_REASON_UNSPECIFIED when it would be allowed.
+	Denies        DenyReason `protobuf:"varint,14,opt,name=denies,proto3,enum=cooldown.v1.DenyReason" json:"denies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Explanation) Reset() {
+	*x = Explanation{}
+	mi := &file_v1_cooldown_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Explanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Explanation) ProtoMessage() {}
+
+func (x *Explanation) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_cooldown_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Explanation.ProtoReflect.Descriptor instead.
+func (*Explanation) Descriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Explanation) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *Explanation) GetSeverity() uint32 {
+	if x != nil {
+		return x.Severity
+	}
+	return 0
+}
+
+func (x *Explanation) GetTripped() TripRule {
+	if x != nil {
+		return x.Tripped
+	}
+	return TripRule_TRIP_RULE_UNSPECIFIED
+}
+
+func (x *Explanation) GetTripRules() []*TripRuleState {
+	if x != nil {
+		return x.TripRules
+	}
+	return nil
+}
+
+func (x *Explanation) GetFailuresToTrip() uint32 {
+	if x != nil {
+		return x.FailuresToTrip
+	}
+	return 0
+}
+
+func (x *Explanation) GetRetryBudget() *RetryBudget {
+	if x != nil {
+		return x.RetryBudget
+	}
+	return nil
+}
+
+func (x *Explanation) GetThrottleProbability() float64 {
+	if x != nil {
+		return x.ThrottleProbability
+	}
+	return 0
+}
+
+func (x *Explanation) GetThrottling() bool {
+	if x != nil {
+		return x.Throttling
+	}
+	return false
+}
+
+func (x *Explanation) GetQuorumReporters() uint32 {
+	if x != nil {
+		return x.QuorumReporters
+	}
+	return 0
+}
+
+func (x *Explanation) GetQuorumNeeded() uint32 {
+	if x != nil {
+		return x.QuorumNeeded
+	}
+	return 0
+}
+
+func (x *Explanation) GetOpenedBy() Cause {
+	if x != nil {
+		return x.OpenedBy
+	}
+	return Cause_CAUSE_UNSPECIFIED
+}
+
+func (x *Explanation) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Explanation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Explanation) GetDenies() DenyReason {
+	if x != nil {
+		return x.Denies
+	}
+	return DenyReason_DENY_REASON_UNSPECIFIED
+}
+
+// TripRuleState is one trip rule and where a closed connection stands.
+type TripRuleState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rule.
+	Rule TripRule `protobuf:"varint,1,opt,name=rule,proto3,enum=cooldown.v1.TripRule" json:"rule,omitempty"`
+	// Consecutive failures: failures in a row; failure rate: the failure
+	// fraction over the window (the older bucket weighted by its overlap).
+	Value float64 `protobuf:"fixed64,2,opt,name=value,proto3" json:"value,omitempty"`
+	// The value at which it trips.
+	Threshold float64 `protobuf:"fixed64,3,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	// Failure rate: calls in the window, and the least it needs.
+	Calls    float64 `protobuf:"fixed64,4,opt,name=calls,proto3" json:"calls,omitempty"`
+	MinCalls uint32  `protobuf:"varint,5,opt,name=min_calls,json=minCalls,proto3" json:"min_calls,omitempty"`
+	// Transient failures in a row that trip this rule by itself (the trip
+	// quorum aside).
+	FailuresToTrip uint32 `protobuf:"varint,6,opt,name=failures_to_trip,json=failuresToTrip,proto3" json:"failures_to_trip,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TripRuleState) Reset() {
+	*x = TripRuleState{}
+	mi := &file_v1_cooldown_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TripRuleState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TripRuleState) ProtoMessage() {}
+
+func (x *TripRuleState) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_cooldown_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TripRuleState.ProtoReflect.Descriptor instead.
+func (*TripRuleState) Descriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TripRuleState) GetRule() TripRule {
+	if x != nil {
+		return x.Rule
+	}
+	return TripRule_TRIP_RULE_UNSPECIFIED
+}
+
+func (x *TripRuleState) GetValue() float64 {
+	if x != nil {
+		return x.Value
+	}
+	return 0
+}
+
+func (x *TripRuleState) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *TripRuleState) GetCalls() float64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *TripRuleState) GetMinCalls() uint32 {
+	if x != nil {
+		return x.MinCalls
+	}
+	return 0
+}
+
+func (x *TripRuleState) GetFailuresToTrip() uint32 {
+	if x != nil {
+		return x.FailuresToTrip
+	}
+	return 0
+}
+
+// RetryBudget is where a connection stands against its fleet retry budget.
+type RetryBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Retries admitted over the fleet window (the older bucket weighted).
+	Retries float64 `protobuf:"fixed64,1,opt,name=retries,proto3" json:"retries,omitempty"`
+	// Retries the budget allows over the window: the larger of
+	// retry_budget x first attempts and retry_budget_min per second.
+	Allowed float64 `protobuf:"fixed64,2,opt,name=allowed,proto3" json:"allowed,omitempty"`
+	// Further retries that fit the budget now; 0: the next is denied.
+	RetriesLeft   uint32 `protobuf:"varint,3,opt,name=retries_left,json=retriesLeft,proto3" json:"retries_left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryBudget) Reset() {
+	*x = RetryBudget{}
+	mi := &file_v1_cooldown_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryBudget) ProtoMessage() {}
+
+func (x *RetryBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_cooldown_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryBudget.ProtoReflect.Descriptor instead.
+func (*RetryBudget) Descriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RetryBudget) GetRetries() float64 {
+	if x != nil {
+		return x.Retries
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetAllowed() float64 {
+	if x != nil {
+		return x.Allowed
+	}
+	return 0
+}
+
+func (x *RetryBudget) GetRetriesLeft() uint32 {
+	if x != nil {
+		return x.RetriesLeft
+	}
+	return 0
+}
+
 // FleetCounts are a connection's traffic counts over the last fleet
 // window, from every process's Admits and Reports. A count is only kept
 // while the policy rule that reads it is on.
@@ -773,7 +1175,7 @@ type FleetCounts struct {
 
 func (x *FleetCounts) Reset() {
 	*x = FleetCounts{}
-	mi := &file_v1_cooldown_proto_msgTypes[2]
+	mi := &file_v1_cooldown_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +1187,7 @@ func (x *FleetCounts) String() string {
 func (*FleetCounts) ProtoMessage() {}
 
 func (x *FleetCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[2]
+	mi := &file_v1_cooldown_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +1200,7 @@ func (x *FleetCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetCounts.ProtoReflect.Descriptor instead.
 func (*FleetCounts) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{2}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FleetCounts) GetFirstAttempts() float64 {
@@ -905,7 +1307,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_v1_cooldown_proto_msgTypes[3]
+	mi := &file_v1_cooldown_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1319,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[3]
+	mi := &file_v1_cooldown_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1332,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{3}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Policy) GetConsecutiveFailures() uint32 {
@@ -1096,7 +1498,7 @@ type Transition struct {
 
 func (x *Transition) Reset() {
 	*x = Transition{}
-	mi := &file_v1_cooldown_proto_msgTypes[4]
+	mi := &file_v1_cooldown_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1510,7 @@ func (x *Transition) String() string {
 func (*Transition) ProtoMessage() {}
 
 func (x *Transition) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[4]
+	mi := &file_v1_cooldown_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1523,7 @@ func (x *Transition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transition.ProtoReflect.Descriptor instead.
 func (*Transition) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{4}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Transition) GetConnection() *Connection {
@@ -1203,7 +1605,7 @@ type AdmitRequest struct {
 
 func (x *AdmitRequest) Reset() {
 	*x = AdmitRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[5]
+	mi := &file_v1_cooldown_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1617,7 @@ func (x *AdmitRequest) String() string {
 func (*AdmitRequest) ProtoMessage() {}
 
 func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[5]
+	mi := &file_v1_cooldown_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1630,7 @@ func (x *AdmitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitRequest.ProtoReflect.Descriptor instead.
 func (*AdmitRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{5}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AdmitRequest) GetCandidates() []*Connection {
@@ -1290,7 +1692,7 @@ type AdmitResponse struct {
 
 func (x *AdmitResponse) Reset() {
 	*x = AdmitResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[6]
+	mi := &file_v1_cooldown_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1704,7 @@ func (x *AdmitResponse) String() string {
 func (*AdmitResponse) ProtoMessage() {}
 
 func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[6]
+	mi := &file_v1_cooldown_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1717,7 @@ func (x *AdmitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AdmitResponse.ProtoReflect.Descriptor instead.
 func (*AdmitResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AdmitResponse) GetDecision() Decision {
@@ -1437,7 +1839,7 @@ type CandidateDecision struct {
 
 func (x *CandidateDecision) Reset() {
 	*x = CandidateDecision{}
-	mi := &file_v1_cooldown_proto_msgTypes[7]
+	mi := &file_v1_cooldown_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1851,7 @@ func (x *CandidateDecision) String() string {
 func (*CandidateDecision) ProtoMessage() {}
 
 func (x *CandidateDecision) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[7]
+	mi := &file_v1_cooldown_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1864,7 @@ func (x *CandidateDecision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CandidateDecision.ProtoReflect.Descriptor instead.
 func (*CandidateDecision) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CandidateDecision) GetDecision() Decision {
@@ -1553,7 +1955,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[8]
+	mi := &file_v1_cooldown_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1967,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[8]
+	mi := &file_v1_cooldown_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1980,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{8}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReportRequest) GetConnection() *Connection {
@@ -1684,7 +2086,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[9]
+	mi := &file_v1_cooldown_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +2098,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[9]
+	mi := &file_v1_cooldown_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +2111,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{9}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ReportResponse) GetState() State {
@@ -1776,7 +2178,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[10]
+	mi := &file_v1_cooldown_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1788,7 +2190,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[10]
+	mi := &file_v1_cooldown_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1801,7 +2203,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{10}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExtendLeaseRequest) GetConnection() *Connection {
@@ -1836,7 +2238,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[11]
+	mi := &file_v1_cooldown_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2250,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[11]
+	mi := &file_v1_cooldown_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2263,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{11}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ExtendLeaseResponse) GetLeaseExpiresAt() *timestamppb.Timestamp {
@@ -1888,7 +2290,7 @@ type GetConnectionRequest struct {
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[12]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2302,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[12]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2315,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{12}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetConnectionRequest) GetId() []byte {
@@ -1958,7 +2360,7 @@ type GetConnectionResponse struct {
 
 func (x *GetConnectionResponse) Reset() {
 	*x = GetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2372,7 @@ func (x *GetConnectionResponse) String() string {
 func (*GetConnectionResponse) ProtoMessage() {}
 
 func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2385,7 @@ func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*GetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetConnectionResponse) GetConnection() *ConnectionState {
@@ -2031,7 +2433,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2445,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2458,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListConnectionsRequest) GetPageSize() uint32 {
@@ -2094,7 +2496,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2508,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2521,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionState {
@@ -2152,7 +2554,7 @@ type WatchConnectionsRequest struct {
 
 func (x *WatchConnectionsRequest) Reset() {
 	*x = WatchConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2566,7 @@ func (x *WatchConnectionsRequest) String() string {
 func (*WatchConnectionsRequest) ProtoMessage() {}
 
 func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2579,7 @@ func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WatchConnectionsRequest) GetSnapshot() bool {
@@ -2219,7 +2621,7 @@ type WatchConnectionsResponse struct {
 
 func (x *WatchConnectionsResponse) Reset() {
 	*x = WatchConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2633,7 @@ func (x *WatchConnectionsResponse) String() string {
 func (*WatchConnectionsResponse) ProtoMessage() {}
 
 func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2646,7 @@ func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WatchConnectionsResponse) GetConnection() *ConnectionState {
@@ -2281,7 +2683,7 @@ type ResetConnectionRequest struct {
 
 func (x *ResetConnectionRequest) Reset() {
 	*x = ResetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2695,7 @@ func (x *ResetConnectionRequest) String() string {
 func (*ResetConnectionRequest) ProtoMessage() {}
 
 func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2708,7 @@ func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ResetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResetConnectionRequest) GetId() []byte {
@@ -2334,7 +2736,7 @@ type ResetConnectionResponse struct {
 
 func (x *ResetConnectionResponse) Reset() {
 	*x = ResetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2748,7 @@ func (x *ResetConnectionResponse) String() string {
 func (*ResetConnectionResponse) ProtoMessage() {}
 
 func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2761,7 @@ func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ResetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResetConnectionResponse) GetConnection() *ConnectionState {
@@ -2386,7 +2788,7 @@ type ForceConnectionRequest struct {
 
 func (x *ForceConnectionRequest) Reset() {
 	*x = ForceConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[20]
+	mi := &file_v1_cooldown_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2398,7 +2800,7 @@ func (x *ForceConnectionRequest) String() string {
 func (*ForceConnectionRequest) ProtoMessage() {}
 
 func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[20]
+	mi := &file_v1_cooldown_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2411,7 +2813,7 @@ func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ForceConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{20}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForceConnectionRequest) GetId() []byte {
@@ -2453,7 +2855,7 @@ type ForceConnectionResponse struct {
 
 func (x *ForceConnectionResponse) Reset() {
 	*x = ForceConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[21]
+	mi := &file_v1_cooldown_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2867,7 @@ func (x *ForceConnectionResponse) String() string {
 func (*ForceConnectionResponse) ProtoMessage() {}
 
 func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[21]
+	mi := &file_v1_cooldown_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2880,7 @@ func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ForceConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{21}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForceConnectionResponse) GetConnection() *ConnectionState {
@@ -2496,7 +2898,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"Connection\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12\x14\n" +
-	"\x05label\x18\x02 \x01(\tR\x05label\"\x99\b\n" +
+	"\x05label\x18\x02 \x01(\tR\x05label\"\xd5\b\n" +
 	"\x0fConnectionState\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -2526,7 +2928,38 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"updated_at\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12\x16\n" +
 	"\x06tenant\x18\x14 \x01(\tR\x06tenant\x12\x16\n" +
 	"\x06shadow\x18\x15 \x01(\bR\x06shadow\x12.\n" +
-	"\x05fleet\x18\x16 \x01(\v2\x18.cooldown.v1.FleetCountsR\x05fleet\"\xe4\x01\n" +
+	"\x05fleet\x18\x16 \x01(\v2\x18.cooldown.v1.FleetCountsR\x05fleet\x12:\n" +
+	"\vexplanation\x18\x17 \x01(\v2\x18.cooldown.v1.ExplanationR\vexplanation\"\xc9\x04\n" +
+	"\vExplanation\x12\x18\n" +
+	"\areasons\x18\x01 \x03(\tR\areasons\x12\x1a\n" +
+	"\bseverity\x18\x02 \x01(\rR\bseverity\x12/\n" +
+	"\atripped\x18\x03 \x01(\x0e2\x15.cooldown.v1.TripRuleR\atripped\x129\n" +
+	"\n" +
+	"trip_rules\x18\x04 \x03(\v2\x1a.cooldown.v1.TripRuleStateR\ttripRules\x12(\n" +
+	"\x10failures_to_trip\x18\x05 \x01(\rR\x0efailuresToTrip\x12;\n" +
+	"\fretry_budget\x18\x06 \x01(\v2\x18.cooldown.v1.RetryBudgetR\vretryBudget\x121\n" +
+	"\x14throttle_probability\x18\a \x01(\x01R\x13throttleProbability\x12\x1e\n" +
+	"\n" +
+	"throttling\x18\b \x01(\bR\n" +
+	"throttling\x12)\n" +
+	"\x10quorum_reporters\x18\t \x01(\rR\x0fquorumReporters\x12#\n" +
+	"\rquorum_needed\x18\n" +
+	" \x01(\rR\fquorumNeeded\x12/\n" +
+	"\topened_by\x18\v \x01(\x0e2\x12.cooldown.v1.CauseR\bopenedBy\x12\x14\n" +
+	"\x05actor\x18\f \x01(\tR\x05actor\x12\x16\n" +
+	"\x06reason\x18\r \x01(\tR\x06reason\x12/\n" +
+	"\x06denies\x18\x0e \x01(\x0e2\x17.cooldown.v1.DenyReasonR\x06denies\"\xcb\x01\n" +
+	"\rTripRuleState\x12)\n" +
+	"\x04rule\x18\x01 \x01(\x0e2\x15.cooldown.v1.TripRuleR\x04rule\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value\x12\x1c\n" +
+	"\tthreshold\x18\x03 \x01(\x01R\tthreshold\x12\x14\n" +
+	"\x05calls\x18\x04 \x01(\x01R\x05calls\x12\x1b\n" +
+	"\tmin_calls\x18\x05 \x01(\rR\bminCalls\x12(\n" +
+	"\x10failures_to_trip\x18\x06 \x01(\rR\x0efailuresToTrip\"d\n" +
+	"\vRetryBudget\x12\x18\n" +
+	"\aretries\x18\x01 \x01(\x01R\aretries\x12\x18\n" +
+	"\aallowed\x18\x02 \x01(\x01R\aallowed\x12!\n" +
+	"\fretries_left\x18\x03 \x01(\rR\vretriesLeft\"\xe4\x01\n" +
 	"\vFleetCounts\x12%\n" +
 	"\x0efirst_attempts\x18\x01 \x01(\x01R\rfirstAttempts\x12\x18\n" +
 	"\aretries\x18\x02 \x01(\x01R\aretries\x12\x1a\n" +
@@ -2743,7 +3176,12 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\bOverride\x12\x18\n" +
 	"\x14OVERRIDE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OVERRIDE_FORCED_OPEN\x10\x01\x12\x1a\n" +
-	"\x16OVERRIDE_FORCED_CLOSED\x10\x022\x8e\x04\n" +
+	"\x16OVERRIDE_FORCED_CLOSED\x10\x02*\x82\x01\n" +
+	"\bTripRule\x12\x19\n" +
+	"\x15TRIP_RULE_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eTRIP_RULE_CONSECUTIVE_FAILURES\x10\x01\x12\x1a\n" +
+	"\x16TRIP_RULE_FAILURE_RATE\x10\x02\x12\x1b\n" +
+	"\x17TRIP_RULE_PROBE_FAILURE\x10\x032\x8e\x04\n" +
 	"\x0fCooldownService\x12>\n" +
 	"\x05Admit\x12\x19.cooldown.v1.AdmitRequest\x1a\x1a.cooldown.v1.AdmitResponse\x12A\n" +
 	"\x06Report\x12\x1a.cooldown.v1.ReportRequest\x1a\x1b.cooldown.v1.ReportResponse\x12P\n" +
@@ -2767,8 +3205,8 @@ func file_v1_cooldown_proto_rawDescGZIP() []byte {
 	return file_v1_cooldown_proto_rawDescData
 }
 
-var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_v1_cooldown_proto_goTypes = []any{
 	(Decision)(0),                    // 0: cooldown.v1.Decision
 	(DenyReason)(0),                  // 1: cooldown.v1.DenyReason
@@ -2776,113 +3214,124 @@ var file_v1_cooldown_proto_goTypes = []any{
 	(Cause)(0),                       // 3: cooldown.v1.Cause
 	(Outcome)(0),                     // 4: cooldown.v1.Outcome
 	(Override)(0),                    // 5: cooldown.v1.Override
-	(*Connection)(nil),               // 6: cooldown.v1.Connection
-	(*ConnectionState)(nil),          // 7: cooldown.v1.ConnectionState
-	(*FleetCounts)(nil),              // 8: cooldown.v1.FleetCounts
-	(*Policy)(nil),                   // 9: cooldown.v1.Policy
-	(*Transition)(nil),               // 10: cooldown.v1.Transition
-	(*AdmitRequest)(nil),             // 11: cooldown.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 12: cooldown.v1.AdmitResponse
-	(*CandidateDecision)(nil),        // 13: cooldown.v1.CandidateDecision
-	(*ReportRequest)(nil),            // 14: cooldown.v1.ReportRequest
-	(*ReportResponse)(nil),           // 15: cooldown.v1.ReportResponse
-	(*ExtendLeaseRequest)(nil),       // 16: cooldown.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),      // 17: cooldown.v1.ExtendLeaseResponse
-	(*GetConnectionRequest)(nil),     // 18: cooldown.v1.GetConnectionRequest
-	(*GetConnectionResponse)(nil),    // 19: cooldown.v1.GetConnectionResponse
-	(*ListConnectionsRequest)(nil),   // 20: cooldown.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),  // 21: cooldown.v1.ListConnectionsResponse
-	(*WatchConnectionsRequest)(nil),  // 22: cooldown.v1.WatchConnectionsRequest
-	(*WatchConnectionsResponse)(nil), // 23: cooldown.v1.WatchConnectionsResponse
-	(*ResetConnectionRequest)(nil),   // 24: cooldown.v1.ResetConnectionRequest
-	(*ResetConnectionResponse)(nil),  // 25: cooldown.v1.ResetConnectionResponse
-	(*ForceConnectionRequest)(nil),   // 26: cooldown.v1.ForceConnectionRequest
-	(*ForceConnectionResponse)(nil),  // 27: cooldown.v1.ForceConnectionResponse
-	(*timestamppb.Timestamp)(nil),    // 28: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 29: google.protobuf.Duration
+	(TripRule)(0),                    // 6: cooldown.v1.TripRule
+	(*Connection)(nil),               // 7: cooldown.v1.Connection
+	(*ConnectionState)(nil),          // 8: cooldown.v1.ConnectionState
+	(*Explanation)(nil),              // 9: cooldown.v1.Explanation
+	(*TripRuleState)(nil),            // 10: cooldown.v1.TripRuleState
+	(*RetryBudget)(nil),              // 11: cooldown.v1.RetryBudget
+	(*FleetCounts)(nil),              // 12: cooldown.v1.FleetCounts
+	(*Policy)(nil),                   // 13: cooldown.v1.Policy
+	(*Transition)(nil),               // 14: cooldown.v1.Transition
+	(*AdmitRequest)(nil),             // 15: cooldown.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 16: cooldown.v1.AdmitResponse
+	(*CandidateDecision)(nil),        // 17: cooldown.v1.CandidateDecision
+	(*ReportRequest)(nil),            // 18: cooldown.v1.ReportRequest
+	(*ReportResponse)(nil),           // 19: cooldown.v1.ReportResponse
+	(*ExtendLeaseRequest)(nil),       // 20: cooldown.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),      // 21: cooldown.v1.ExtendLeaseResponse
+	(*GetConnectionRequest)(nil),     // 22: cooldown.v1.GetConnectionRequest
+	(*GetConnectionResponse)(nil),    // 23: cooldown.v1.GetConnectionResponse
+	(*ListConnectionsRequest)(nil),   // 24: cooldown.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),  // 25: cooldown.v1.ListConnectionsResponse
+	(*WatchConnectionsRequest)(nil),  // 26: cooldown.v1.WatchConnectionsRequest
+	(*WatchConnectionsResponse)(nil), // 27: cooldown.v1.WatchConnectionsResponse
+	(*ResetConnectionRequest)(nil),   // 28: cooldown.v1.ResetConnectionRequest
+	(*ResetConnectionResponse)(nil),  // 29: cooldown.v1.ResetConnectionResponse
+	(*ForceConnectionRequest)(nil),   // 30: cooldown.v1.ForceConnectionRequest
+	(*ForceConnectionResponse)(nil),  // 31: cooldown.v1.ForceConnectionResponse
+	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 33: google.protobuf.Duration
 }
 var file_v1_cooldown_proto_depIdxs = []int32{
-	6,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
+	7,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
 	2,  // 1: cooldown.v1.ConnectionState.state:type_name -> cooldown.v1.State
 	3,  // 2: cooldown.v1.ConnectionState.cause:type_name -> cooldown.v1.Cause
-	28, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
-	29, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
-	28, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
+	32, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
+	33, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
+	32, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: cooldown.v1.ConnectionState.last_outcome:type_name -> cooldown.v1.Outcome
 	5,  // 7: cooldown.v1.ConnectionState.override:type_name -> cooldown.v1.Override
-	28, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
-	28, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
-	28, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
-	8,  // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
-	29, // 12: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
-	29, // 13: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
-	29, // 14: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
-	29, // 15: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
-	29, // 16: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
-	29, // 17: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
-	29, // 18: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
-	29, // 19: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	29, // 20: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
-	6,  // 21: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
-	28, // 22: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	2,  // 23: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
-	2,  // 24: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
-	3,  // 25: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
-	6,  // 26: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
-	0,  // 27: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
-	29, // 28: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	28, // 29: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
-	1,  // 30: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
-	28, // 31: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 32: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
-	13, // 33: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	28, // 34: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
-	1,  // 35: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	29, // 36: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
-	0,  // 37: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
-	1,  // 38: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	29, // 39: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
-	2,  // 40: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
-	1,  // 41: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	6,  // 42: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
-	4,  // 43: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	29, // 44: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
-	2,  // 45: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	28, // 46: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
-	6,  // 47: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	29, // 48: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	28, // 49: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 50: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	10, // 51: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	9,  // 52: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
-	7,  // 53: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	7,  // 54: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	10, // 55: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	7,  // 56: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 57: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	29, // 58: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	7,  // 59: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	11, // 60: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	14, // 61: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	16, // 62: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	18, // 63: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	20, // 64: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	22, // 65: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	24, // 66: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	26, // 67: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	12, // 68: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	15, // 69: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	17, // 70: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	19, // 71: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	21, // 72: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	23, // 73: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	25, // 74: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	27, // 75: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	68, // [68:76] is the sub-list for method output_type
-	60, // [60:68] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	32, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
+	32, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
+	32, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
+	12, // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
+	9,  // 12: cooldown.v1.ConnectionState.explanation:type_name -> cooldown.v1.Explanation
+	6,  // 13: cooldown.v1.Explanation.tripped:type_name -> cooldown.v1.TripRule
+	10, // 14: cooldown.v1.Explanation.trip_rules:type_name -> cooldown.v1.TripRuleState
+	11, // 15: cooldown.v1.Explanation.retry_budget:type_name -> cooldown.v1.RetryBudget
+	3,  // 16: cooldown.v1.Explanation.opened_by:type_name -> cooldown.v1.Cause
+	1,  // 17: cooldown.v1.Explanation.denies:type_name -> cooldown.v1.DenyReason
+	6,  // 18: cooldown.v1.TripRuleState.rule:type_name -> cooldown.v1.TripRule
+	33, // 19: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
+	33, // 20: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
+	33, // 21: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
+	33, // 22: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
+	33, // 23: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
+	33, // 24: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
+	33, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
+	33, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	33, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
+	7,  // 28: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
+	32, // 29: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	2,  // 30: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
+	2,  // 31: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
+	3,  // 32: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
+	7,  // 33: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
+	0,  // 34: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
+	33, // 35: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	32, // 36: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
+	1,  // 37: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
+	32, // 38: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 39: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
+	17, // 40: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
+	32, // 41: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	1,  // 42: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
+	33, // 43: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
+	0,  // 44: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
+	1,  // 45: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
+	33, // 46: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	2,  // 47: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
+	1,  // 48: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
+	7,  // 49: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
+	4,  // 50: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
+	33, // 51: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	2,  // 52: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
+	32, // 53: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	7,  // 54: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	33, // 55: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 56: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 57: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	14, // 58: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	13, // 59: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
+	8,  // 60: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	8,  // 61: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	14, // 62: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	8,  // 63: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 64: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	33, // 65: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	8,  // 66: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	15, // 67: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	18, // 68: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	20, // 69: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	22, // 70: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	24, // 71: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	26, // 72: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	28, // 73: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	30, // 74: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	16, // 75: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	19, // 76: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	21, // 77: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	23, // 78: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	25, // 79: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	27, // 80: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	29, // 81: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	31, // 82: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	75, // [75:83] is the sub-list for method output_type
+	67, // [67:75] is the sub-list for method input_type
+	67, // [67:67] is the sub-list for extension type_name
+	67, // [67:67] is the sub-list for extension extendee
+	0,  // [0:67] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
@@ -2895,8 +3344,8 @@ func file_v1_cooldown_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_cooldown_proto_rawDesc), len(file_v1_cooldown_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   22,
+			NumEnums:      7,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file v1/cooldown.proto.
  */
 export const file_v1_cooldown: GenFile = /*@__PURE__*/
-  fileDesc("ChF2MS9jb29sZG93bi5wcm90bxILY29vbGRvd24udjEiJwoKQ29ubmVjdGlvbhIKCgJpZBgBIAEoDBINCgVsYWJlbBgCIAEoCSKNBgoPQ29ubmVjdGlvblN0YXRlEisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEiEKBXN0YXRlGAIgASgOMhIuY29vbGRvd24udjEuU3RhdGUSIQoFY2F1c2UYAyABKA4yEi5jb29sZG93bi52MS5DYXVzZRIQCghyZXZpc2lvbhgEIAEoBBIuCgpvcGVuX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgtyZXRyeV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBwcm9iZXNfaW5fZmxpZ2h0GAcgASgNEjQKEHByb2JlX3N0YXJ0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAkgASgNEg8KB3Jlb3BlbnMYCiABKA0SGAoQcmVjZW50X3N1Y2Nlc3NlcxgLIAEoBBIXCg9yZWNlbnRfZmFpbHVyZXMYDCABKAQSGAoQbGFzdF9odHRwX3N0YXR1cxgNIAEoDRIqCgxsYXN0X291dGNvbWUYDiABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEhcKD2xhc3RfZXJyb3JfY29kZRgPIAEoCRInCghvdmVycmlkZRgQIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEjIKDm92ZXJyaWRlX3VudGlsGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjaGFuZ2VkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYFCABKAkSDgoGc2hhZG93GBUgASgIEicKBWZsZWV0GBYgASgLMhguY29vbGRvd24udjEuRmxlZXRDb3VudHMikgEKC0ZsZWV0Q291bnRzEhYKDmZpcnN0X2F0dGVtcHRzGAEgASgBEg8KB3JldHJpZXMYAiABKAESEAoIcmVxdWVzdHMYAyABKAESDwoHYWNjZXB0cxgEIAEoARIcChR0aHJvdHRsZV9wcm9iYWJpbGl0eRgFIAEoARIZChFmYWlsdXJlX3JlcG9ydGVycxgGIAEoDSKLBQoGUG9saWN5EhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAEgASgNEhQKDGZhaWx1cmVfcmF0ZRgCIAEoARIRCgltaW5fY2FsbHMYAyABKA0SKQoGd2luZG93GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW9wZW5fYmFzZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghvcGVuX21heBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZqaXR0ZXIYByABKAESNgoTcmF0ZV9saW1pdF9jb29sZG93bhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIxCg5vdmVybG9hZF9mbG9vchgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgtxdW90YV9ibG9jaxgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgphdXRoX2Jsb2NrGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhIKCm1heF9wcm9iZXMYDCABKA0SLAoJbGVhc2VfdHRsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDHJldHJ5X2J1ZGdldBgOIAEoARIYChByZXRyeV9idWRnZXRfbWluGA8gASgNEhIKCnRocm90dGxlX2sYECABKAESEwoLdHJpcF9xdW9ydW0YESABKA0SLwoMZmxlZXRfd2luZG93GBIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnNoYWRvdxgTIAEoCCKJAgoKVHJhbnNpdGlvbhIrCgpjb25uZWN0aW9uGAEgASgLMhcuY29vbGRvd24udjEuQ29ubmVjdGlvbhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIgCgRmcm9tGAMgASgOMhIuY29vbGRvd24udjEuU3RhdGUSHgoCdG8YBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIhCgVjYXVzZRgFIAEoDjISLmNvb2xkb3duLnYxLkNhdXNlEhAKCHJldmlzaW9uGAYgASgEEg0KBWFjdG9yGAcgASgJEg4KBnJlYXNvbhgIIAEoCRIOCgZzaGFkb3cYCSABKAgiSgoMQWRtaXRSZXF1ZXN0EisKCmNhbmRpZGF0ZXMYASADKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEg0KBXJldHJ5GAIgAygIItAECg1BZG1pdFJlc3BvbnNlEicKCGRlY2lzaW9uGAEgASgOMhUuY29vbGRvd24udjEuRGVjaXNpb24SFwoPY2FuZGlkYXRlX2luZGV4GAIgASgNEhAKCHJldmlzaW9uGAMgASgEEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDGF2YWlsYWJsZV9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLZGVueV9yZWFzb24YBiABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uEhMKC2xlYXNlX3Rva2VuGAcgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAkgASgOMhIuY29vbGRvd24udjEuU3RhdGUSMgoKY2FuZGlkYXRlcxgKIAMoCzIeLmNvb2xkb3duLnYxLkNhbmRpZGF0ZURlY2lzaW9uEi8KC3NlcnZlcl90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzChJzaGFkb3dfZGVueV9yZWFzb24YDCABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uEjUKEnNoYWRvd19yZXRyeV9hZnRlchgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIcChR0aHJvdHRsZV9wcm9iYWJpbGl0eRgOIAEoASKEAgoRQ2FuZGlkYXRlRGVjaXNpb24SJwoIZGVjaXNpb24YASABKA4yFS5jb29sZG93bi52MS5EZWNpc2lvbhIsCgtkZW55X3JlYXNvbhgCIAEoDjIXLmNvb2xkb3duLnYxLkRlbnlSZWFzb24SLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SIQoFc3RhdGUYBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIQCghyZXZpc2lvbhgFIAEoBBIzChJzaGFkb3dfZGVueV9yZWFzb24YBiABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uIqwCCg1SZXBvcnRSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhAKCHJldmlzaW9uGAIgASgEEhMKC2xlYXNlX3Rva2VuGAMgASgJEiUKB291dGNvbWUYBCABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2h0dHBfc3RhdHVzGAYgASgNEhIKCmVycm9yX2NvZGUYByABKAkSDQoFY291bnQYCCABKA0SDQoFcmV0cnkYCSABKAgSEAoIcmVwb3J0ZXIYCiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAsgASgJIscBCg5SZXBvcnRSZXNwb25zZRIhCgVzdGF0ZRgBIAEoDjISLmNvb2xkb3duLnYxLlN0YXRlEhAKCHJldmlzaW9uGAIgASgEEhAKCGFjY2VwdGVkGAMgASgIEg8KB2NoYW5nZWQYBCABKAgSLwoLc2VydmVyX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFHRocm90dGxlX3Byb2JhYmlsaXR5GAYgASgBEg4KBnNoYWRvdxgHIAEoCCJ+ChJFeHRlbmRMZWFzZVJlcXVlc3QSKwoKY29ubmVjdGlvbhgBIAEoCzIXLmNvb2xkb3duLnYxLkNvbm5lY3Rpb24SEwoLbGVhc2VfdG9rZW4YAiABKAkSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIksKE0V4dGVuZExlYXNlUmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSQoUR2V0Q29ubmVjdGlvblJlcXVlc3QSCgoCaWQYASABKAwSFQoNaGlzdG9yeV9saW1pdBgCIAEoDRIOCgZ0ZW5hbnQYAyABKAkipwEKFUdldENvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlEigKB2hpc3RvcnkYAiADKAsyFy5jb29sZG93bi52MS5UcmFuc2l0aW9uEiMKBnBvbGljeRgDIAEoCzITLmNvb2xkb3duLnYxLlBvbGljeRINCgVmb3VuZBgEIAEoCCJPChZMaXN0Q29ubmVjdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoDRISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCSJlChdMaXN0Q29ubmVjdGlvbnNSZXNwb25zZRIxCgtjb25uZWN0aW9ucxgBIAMoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiOwoXV2F0Y2hDb25uZWN0aW9uc1JlcXVlc3QSEAoIc25hcHNob3QYASABKAgSDgoGdGVuYW50GAIgASgJIosBChhXYXRjaENvbm5lY3Rpb25zUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIrCgp0cmFuc2l0aW9uGAIgASgLMhcuY29vbGRvd24udjEuVHJhbnNpdGlvbhIQCghzbmFwc2hvdBgDIAEoCCI0ChZSZXNldENvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEg4KBnJlYXNvbhgCIAEoCSJLChdSZXNldENvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlIooBChZGb3JjZUNvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEicKCG92ZXJyaWRlGAIgASgOMhUuY29vbGRvd24udjEuT3ZlcnJpZGUSKwoIZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcmVhc29uGAQgASgJIksKF0ZvcmNlQ29ubmVjdGlvblJlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUqZQoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABISCg5ERUNJU0lPTl9BTExPVxABEhgKFERFQ0lTSU9OX0FMTE9XX1BST0JFEAISEQoNREVDSVNJT05fREVOWRADKpkCCgpEZW55UmVhc29uEhsKF0RFTllfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoUREVOWV9SRUFTT05fQ09PTERPV04QARIUChBERU5ZX1JFQVNPTl9PUEVOEAISHwobREVOWV9SRUFTT05fUFJPQkVfSU5fRkxJR0hUEAMSFQoRREVOWV9SRUFTT05fUVVPVEEQBBIUChBERU5ZX1JFQVNPTl9BVVRIEAUSGwoXREVOWV9SRUFTT05fRk9SQ0VEX09QRU4QBhIaChZERU5ZX1JFQVNPTl9PVkVSTE9BREVEEAcSHAoYREVOWV9SRUFTT05fUkVUUllfQlVER0VUEAgSGQoVREVOWV9SRUFTT05fVEhST1RUTEVEEAkqVQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIQCgxTVEFURV9DTE9TRUQQARIOCgpTVEFURV9PUEVOEAISEwoPU1RBVEVfSEFMRl9PUEVOEAMqhQIKBUNhdXNlEhUKEUNBVVNFX1VOU1BFQ0lGSUVEEAASEQoNQ0FVU0VfQlJFQUtFUhABEhQKEENBVVNFX1JBVEVfTElNSVQQAhISCg5DQVVTRV9PVkVSTE9BRBADEg8KC0NBVVNFX1FVT1RBEAQSDgoKQ0FVU0VfQVVUSBAFEhAKDENBVVNFX0ZPUkNFRBAGEg8KC0NBVVNFX1JFU0VUEAcSFwoTQ0FVU0VfUFJPQkVfU1VDQ0VTUxAIEhYKEkNBVVNFX09QRU5fRVhQSVJFRBAJEhcKE0NBVVNFX0ZPUkNFX0VYUElSRUQQChIaChZDQVVTRV9PVkVSUklERV9DTEVBUkVEEAsq7wEKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhMKD09VVENPTUVfU1VDQ0VTUxABEh0KGU9VVENPTUVfVFJBTlNJRU5UX0ZBSUxVUkUQAhIYChRPVVRDT01FX1JBVEVfTElNSVRFRBADEhYKEk9VVENPTUVfT1ZFUkxPQURFRBAEEhsKF09VVENPTUVfUVVPVEFfRVhIQVVTVEVEEAUSGAoUT1VUQ09NRV9BVVRIX0ZBSUxVUkUQBhIYChRPVVRDT01FX0NMSUVOVF9FUlJPUhAHEhQKEE9VVENPTUVfQ0FOQ0VMRUQQCCpaCghPdmVycmlkZRIYChRPVkVSUklERV9VTlNQRUNJRklFRBAAEhgKFE9WRVJSSURFX0ZPUkNFRF9PUEVOEAESGgoWT1ZFUlJJREVfRk9SQ0VEX0NMT1NFRBACMo4ECg9Db29sZG93blNlcnZpY2USPgoFQWRtaXQSGS5jb29sZG93bi52MS5BZG1pdFJlcXVlc3QaGi5jb29sZG93bi52MS5BZG1pdFJlc3BvbnNlEkEKBlJlcG9ydBIaLmNvb2xkb3duLnYxLlJlcG9ydFJlcXVlc3QaGy5jb29sZG93bi52MS5SZXBvcnRSZXNwb25zZRJQCgtFeHRlbmRMZWFzZRIfLmNvb2xkb3duLnYxLkV4dGVuZExlYXNlUmVxdWVzdBogLmNvb2xkb3duLnYxLkV4dGVuZExlYXNlUmVzcG9uc2USWwoNR2V0Q29ubmVjdGlvbhIhLmNvb2xkb3duLnYxLkdldENvbm5lY3Rpb25SZXF1ZXN0GiIuY29vbGRvd24udjEuR2V0Q29ubmVjdGlvblJlc3BvbnNlIgOQAgESYQoPTGlzdENvbm5lY3Rpb25zEiMuY29vbGRvd24udjEuTGlzdENvbm5lY3Rpb25zUmVxdWVzdBokLmNvb2xkb3duLnYxLkxpc3RDb25uZWN0aW9uc1Jlc3BvbnNlIgOQAgESZgoQV2F0Y2hDb25uZWN0aW9ucxIkLmNvb2xkb3duLnYxLldhdGNoQ29ubmVjdGlvbnNSZXF1ZXN0GiUuY29vbGRvd24udjEuV2F0Y2hDb25uZWN0aW9uc1Jlc3BvbnNlIgOQAgEwATLKAQoMQWRtaW5TZXJ2aWNlElwKD1Jlc2V0Q29ubmVjdGlvbhIjLmNvb2xkb3duLnYxLlJlc2V0Q29ubmVjdGlvblJlcXVlc3QaJC5jb29sZG93bi52MS5SZXNldENvbm5lY3Rpb25SZXNwb25zZRJcCg9Gb3JjZUNvbm5lY3Rpb24SIy5jb29sZG93bi52MS5Gb3JjZUNvbm5lY3Rpb25SZXF1ZXN0GiQuY29vbGRvd24udjEuRm9yY2VDb25uZWN0aW9uUmVzcG9uc2VCNlo0Z2l0aHViLmNvbS9jb29sZG93bmQvY29vbGRvd25kL2FwaS92MS9nZW4vY29vbGRvd252MWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChF2MS9jb29sZG93bi5wcm90bxILY29vbGRvd24udjEiJwoKQ29ubmVjdGlvbhIKCgJpZBgBIAEoDBINCgVsYWJlbBgCIAEoCSK8BgoPQ29ubmVjdGlvblN0YXRlEisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEiEKBXN0YXRlGAIgASgOMhIuY29vbGRvd24udjEuU3RhdGUSIQoFY2F1c2UYAyABKA4yEi5jb29sZG93bi52MS5DYXVzZRIQCghyZXZpc2lvbhgEIAEoBBIuCgpvcGVuX3VudGlsGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgtyZXRyeV9hZnRlchgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIYChBwcm9iZXNfaW5fZmxpZ2h0GAcgASgNEjQKEHByb2JlX3N0YXJ0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAkgASgNEg8KB3Jlb3BlbnMYCiABKA0SGAoQcmVjZW50X3N1Y2Nlc3NlcxgLIAEoBBIXCg9yZWNlbnRfZmFpbHVyZXMYDCABKAQSGAoQbGFzdF9odHRwX3N0YXR1cxgNIAEoDRIqCgxsYXN0X291dGNvbWUYDiABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEhcKD2xhc3RfZXJyb3JfY29kZRgPIAEoCRInCghvdmVycmlkZRgQIAEoDjIVLmNvb2xkb3duLnYxLk92ZXJyaWRlEjIKDm92ZXJyaWRlX3VudGlsGBEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpjaGFuZ2VkX2F0GBIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZ0ZW5hbnQYFCABKAkSDgoGc2hhZG93GBUgASgIEicKBWZsZWV0GBYgASgLMhguY29vbGRvd24udjEuRmxlZXRDb3VudHMSLQoLZXhwbGFuYXRpb24YFyABKAsyGC5jb29sZG93bi52MS5FeHBsYW5hdGlvbiKkAwoLRXhwbGFuYXRpb24SDwoHcmVhc29ucxgBIAMoCRIQCghzZXZlcml0eRgCIAEoDRImCgd0cmlwcGVkGAMgASgOMhUuY29vbGRvd24udjEuVHJpcFJ1bGUSLgoKdHJpcF9ydWxlcxgEIAMoCzIaLmNvb2xkb3duLnYxLlRyaXBSdWxlU3RhdGUSGAoQZmFpbHVyZXNfdG9fdHJpcBgFIAEoDRIuCgxyZXRyeV9idWRnZXQYBiABKAsyGC5jb29sZG93bi52MS5SZXRyeUJ1ZGdldBIcChR0aHJvdHRsZV9wcm9iYWJpbGl0eRgHIAEoARISCgp0aHJvdHRsaW5nGAggASgIEhgKEHF1b3J1bV9yZXBvcnRlcnMYCSABKA0SFQoNcXVvcnVtX25lZWRlZBgKIAEoDRIlCglvcGVuZWRfYnkYCyABKA4yEi5jb29sZG93bi52MS5DYXVzZRINCgVhY3RvchgMIAEoCRIOCgZyZWFzb24YDSABKAkSJwoGZGVuaWVzGA4gASgOMhcuY29vbGRvd24udjEuRGVueVJlYXNvbiKSAQoNVHJpcFJ1bGVTdGF0ZRIjCgRydWxlGAEgASgOMhUuY29vbGRvd24udjEuVHJpcFJ1bGUSDQoFdmFsdWUYAiABKAESEQoJdGhyZXNob2xkGAMgASgBEg0KBWNhbGxzGAQgASgBEhEKCW1pbl9jYWxscxgFIAEoDRIYChBmYWlsdXJlc190b190cmlwGAYgASgNIkUKC1JldHJ5QnVkZ2V0Eg8KB3JldHJpZXMYASABKAESDwoHYWxsb3dlZBgCIAEoARIUCgxyZXRyaWVzX2xlZnQYAyABKA0ikgEKC0ZsZWV0Q291bnRzEhYKDmZpcnN0X2F0dGVtcHRzGAEgASgBEg8KB3JldHJpZXMYAiABKAESEAoIcmVxdWVzdHMYAyABKAESDwoHYWNjZXB0cxgEIAEoARIcChR0aHJvdHRsZV9wcm9iYWJpbGl0eRgFIAEoARIZChFmYWlsdXJlX3JlcG9ydGVycxgGIAEoDSKLBQoGUG9saWN5EhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAEgASgNEhQKDGZhaWx1cmVfcmF0ZRgCIAEoARIRCgltaW5fY2FsbHMYAyABKA0SKQoGd2luZG93GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEiwKCW9wZW5fYmFzZRgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIrCghvcGVuX21heBgGIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZqaXR0ZXIYByABKAESNgoTcmF0ZV9saW1pdF9jb29sZG93bhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIxCg5vdmVybG9hZF9mbG9vchgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgtxdW90YV9ibG9jaxgKIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhItCgphdXRoX2Jsb2NrGAsgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhIKCm1heF9wcm9iZXMYDCABKA0SLAoJbGVhc2VfdHRsGA0gASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhQKDHJldHJ5X2J1ZGdldBgOIAEoARIYChByZXRyeV9idWRnZXRfbWluGA8gASgNEhIKCnRocm90dGxlX2sYECABKAESEwoLdHJpcF9xdW9ydW0YESABKA0SLwoMZmxlZXRfd2luZG93GBIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBnNoYWRvdxgTIAEoCCKJAgoKVHJhbnNpdGlvbhIrCgpjb25uZWN0aW9uGAEgASgLMhcuY29vbGRvd24udjEuQ29ubmVjdGlvbhIoCgR0aW1lGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIgCgRmcm9tGAMgASgOMhIuY29vbGRvd24udjEuU3RhdGUSHgoCdG8YBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIhCgVjYXVzZRgFIAEoDjISLmNvb2xkb3duLnYxLkNhdXNlEhAKCHJldmlzaW9uGAYgASgEEg0KBWFjdG9yGAcgASgJEg4KBnJlYXNvbhgIIAEoCRIOCgZzaGFkb3cYCSABKAgiSgoMQWRtaXRSZXF1ZXN0EisKCmNhbmRpZGF0ZXMYASADKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEg0KBXJldHJ5GAIgAygIItAECg1BZG1pdFJlc3BvbnNlEicKCGRlY2lzaW9uGAEgASgOMhUuY29vbGRvd24udjEuRGVjaXNpb24SFwoPY2FuZGlkYXRlX2luZGV4GAIgASgNEhAKCHJldmlzaW9uGAMgASgEEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEjAKDGF2YWlsYWJsZV9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLAoLZGVueV9yZWFzb24YBiABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uEhMKC2xlYXNlX3Rva2VuGAcgASgJEjQKEGxlYXNlX2V4cGlyZXNfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiEKBXN0YXRlGAkgASgOMhIuY29vbGRvd24udjEuU3RhdGUSMgoKY2FuZGlkYXRlcxgKIAMoCzIeLmNvb2xkb3duLnYxLkNhbmRpZGF0ZURlY2lzaW9uEi8KC3NlcnZlcl90aW1lGAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzChJzaGFkb3dfZGVueV9yZWFzb24YDCABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uEjUKEnNoYWRvd19yZXRyeV9hZnRlchgNIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIcChR0aHJvdHRsZV9wcm9iYWJpbGl0eRgOIAEoASKEAgoRQ2FuZGlkYXRlRGVjaXNpb24SJwoIZGVjaXNpb24YASABKA4yFS5jb29sZG93bi52MS5EZWNpc2lvbhIsCgtkZW55X3JlYXNvbhgCIAEoDjIXLmNvb2xkb3duLnYxLkRlbnlSZWFzb24SLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SIQoFc3RhdGUYBCABKA4yEi5jb29sZG93bi52MS5TdGF0ZRIQCghyZXZpc2lvbhgFIAEoBBIzChJzaGFkb3dfZGVueV9yZWFzb24YBiABKA4yFy5jb29sZG93bi52MS5EZW55UmVhc29uIqwCCg1SZXBvcnRSZXF1ZXN0EisKCmNvbm5lY3Rpb24YASABKAsyFy5jb29sZG93bi52MS5Db25uZWN0aW9uEhAKCHJldmlzaW9uGAIgASgEEhMKC2xlYXNlX3Rva2VuGAMgASgJEiUKB291dGNvbWUYBCABKA4yFC5jb29sZG93bi52MS5PdXRjb21lEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEhMKC2h0dHBfc3RhdHVzGAYgASgNEhIKCmVycm9yX2NvZGUYByABKAkSDQoFY291bnQYCCABKA0SDQoFcmV0cnkYCSABKAgSEAoIcmVwb3J0ZXIYCiABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAsgASgJIscBCg5SZXBvcnRSZXNwb25zZRIhCgVzdGF0ZRgBIAEoDjISLmNvb2xkb3duLnYxLlN0YXRlEhAKCHJldmlzaW9uGAIgASgEEhAKCGFjY2VwdGVkGAMgASgIEg8KB2NoYW5nZWQYBCABKAgSLwoLc2VydmVyX3RpbWUYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFHRocm90dGxlX3Byb2JhYmlsaXR5GAYgASgBEg4KBnNoYWRvdxgHIAEoCCJ+ChJFeHRlbmRMZWFzZVJlcXVlc3QSKwoKY29ubmVjdGlvbhgBIAEoCzIXLmNvb2xkb3duLnYxLkNvbm5lY3Rpb24SEwoLbGVhc2VfdG9rZW4YAiABKAkSJgoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIksKE0V4dGVuZExlYXNlUmVzcG9uc2USNAoQbGVhc2VfZXhwaXJlc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiSQoUR2V0Q29ubmVjdGlvblJlcXVlc3QSCgoCaWQYASABKAwSFQoNaGlzdG9yeV9saW1pdBgCIAEoDRIOCgZ0ZW5hbnQYAyABKAkipwEKFUdldENvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlEigKB2hpc3RvcnkYAiADKAsyFy5jb29sZG93bi52MS5UcmFuc2l0aW9uEiMKBnBvbGljeRgDIAEoCzITLmNvb2xkb3duLnYxLlBvbGljeRINCgVmb3VuZBgEIAEoCCJPChZMaXN0Q29ubmVjdGlvbnNSZXF1ZXN0EhEKCXBhZ2Vfc2l6ZRgBIAEoDRISCgpwYWdlX3Rva2VuGAIgASgJEg4KBnRlbmFudBgDIAEoCSJlChdMaXN0Q29ubmVjdGlvbnNSZXNwb25zZRIxCgtjb25uZWN0aW9ucxgBIAMoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiOwoXV2F0Y2hDb25uZWN0aW9uc1JlcXVlc3QSEAoIc25hcHNob3QYASABKAgSDgoGdGVuYW50GAIgASgJIosBChhXYXRjaENvbm5lY3Rpb25zUmVzcG9uc2USMAoKY29ubmVjdGlvbhgBIAEoCzIcLmNvb2xkb3duLnYxLkNvbm5lY3Rpb25TdGF0ZRIrCgp0cmFuc2l0aW9uGAIgASgLMhcuY29vbGRvd24udjEuVHJhbnNpdGlvbhIQCghzbmFwc2hvdBgDIAEoCCI0ChZSZXNldENvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEg4KBnJlYXNvbhgCIAEoCSJLChdSZXNldENvbm5lY3Rpb25SZXNwb25zZRIwCgpjb25uZWN0aW9uGAEgASgLMhwuY29vbGRvd24udjEuQ29ubmVjdGlvblN0YXRlIooBChZGb3JjZUNvbm5lY3Rpb25SZXF1ZXN0EgoKAmlkGAEgASgMEicKCG92ZXJyaWRlGAIgASgOMhUuY29vbGRvd24udjEuT3ZlcnJpZGUSKwoIZHVyYXRpb24YAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGcmVhc29uGAQgASgJIksKF0ZvcmNlQ29ubmVjdGlvblJlc3BvbnNlEjAKCmNvbm5lY3Rpb24YASABKAsyHC5jb29sZG93bi52MS5Db25uZWN0aW9uU3RhdGUqZQoIRGVjaXNpb24SGAoUREVDSVNJT05fVU5TUEVDSUZJRUQQABISCg5ERUNJU0lPTl9BTExPVxABEhgKFERFQ0lTSU9OX0FMTE9XX1BST0JFEAISEQoNREVDSVNJT05fREVOWRADKpkCCgpEZW55UmVhc29uEhsKF0RFTllfUkVBU09OX1VOU1BFQ0lGSUVEEAASGAoUREVOWV9SRUFTT05fQ09PTERPV04QARIUChBERU5ZX1JFQVNPTl9PUEVOEAISHwobREVOWV9SRUFTT05fUFJPQkVfSU5fRkxJR0hUEAMSFQoRREVOWV9SRUFTT05fUVVPVEEQBBIUChBERU5ZX1JFQVNPTl9BVVRIEAUSGwoXREVOWV9SRUFTT05fRk9SQ0VEX09QRU4QBhIaChZERU5ZX1JFQVNPTl9PVkVSTE9BREVEEAcSHAoYREVOWV9SRUFTT05fUkVUUllfQlVER0VUEAgSGQoVREVOWV9SRUFTT05fVEhST1RUTEVEEAkqVQoFU3RhdGUSFQoRU1RBVEVfVU5TUEVDSUZJRUQQABIQCgxTVEFURV9DTE9TRUQQARIOCgpTVEFURV9PUEVOEAISEwoPU1RBVEVfSEFMRl9PUEVOEAMqhQIKBUNhdXNlEhUKEUNBVVNFX1VOU1BFQ0lGSUVEEAASEQoNQ0FVU0VfQlJFQUtFUhABEhQKEENBVVNFX1JBVEVfTElNSVQQAhISCg5DQVVTRV9PVkVSTE9BRBADEg8KC0NBVVNFX1FVT1RBEAQSDgoKQ0FVU0VfQVVUSBAFEhAKDENBVVNFX0ZPUkNFRBAGEg8KC0NBVVNFX1JFU0VUEAcSFwoTQ0FVU0VfUFJPQkVfU1VDQ0VTUxAIEhYKEkNBVVNFX09QRU5fRVhQSVJFRBAJEhcKE0NBVVNFX0ZPUkNFX0VYUElSRUQQChIaChZDQVVTRV9PVkVSUklERV9DTEVBUkVEEAsq7wEKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhMKD09VVENPTUVfU1VDQ0VTUxABEh0KGU9VVENPTUVfVFJBTlNJRU5UX0ZBSUxVUkUQAhIYChRPVVRDT01FX1JBVEVfTElNSVRFRBADEhYKEk9VVENPTUVfT1ZFUkxPQURFRBAEEhsKF09VVENPTUVfUVVPVEFfRVhIQVVTVEVEEAUSGAoUT1VUQ09NRV9BVVRIX0ZBSUxVUkUQBhIYChRPVVRDT01FX0NMSUVOVF9FUlJPUhAHEhQKEE9VVENPTUVfQ0FOQ0VMRUQQCCpaCghPdmVycmlkZRIYChRPVkVSUklERV9VTlNQRUNJRklFRBAAEhgKFE9WRVJSSURFX0ZPUkNFRF9PUEVOEAESGgoWT1ZFUlJJREVfRk9SQ0VEX0NMT1NFRBACKoIBCghUcmlwUnVsZRIZChVUUklQX1JVTEVfVU5TUEVDSUZJRUQQABIiCh5UUklQX1JVTEVfQ09OU0VDVVRJVkVfRkFJTFVSRVMQARIaChZUUklQX1JVTEVfRkFJTFVSRV9SQVRFEAISGwoXVFJJUF9SVUxFX1BST0JFX0ZBSUxVUkUQAzKOBAoPQ29vbGRvd25TZXJ2aWNlEj4KBUFkbWl0EhkuY29vbGRvd24udjEuQWRtaXRSZXF1ZXN0GhouY29vbGRvd24udjEuQWRtaXRSZXNwb25zZRJBCgZSZXBvcnQSGi5jb29sZG93bi52MS5SZXBvcnRSZXF1ZXN0GhsuY29vbGRvd24udjEuUmVwb3J0UmVzcG9uc2USUAoLRXh0ZW5kTGVhc2USHy5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlcXVlc3QaIC5jb29sZG93bi52MS5FeHRlbmRMZWFzZVJlc3BvbnNlElsKDUdldENvbm5lY3Rpb24SIS5jb29sZG93bi52MS5HZXRDb25uZWN0aW9uUmVxdWVzdBoiLmNvb2xkb3duLnYxLkdldENvbm5lY3Rpb25SZXNwb25zZSIDkAIBEmEKD0xpc3RDb25uZWN0aW9ucxIjLmNvb2xkb3duLnYxLkxpc3RDb25uZWN0aW9uc1JlcXVlc3QaJC5jb29sZG93bi52MS5MaXN0Q29ubmVjdGlvbnNSZXNwb25zZSIDkAIBEmYKEFdhdGNoQ29ubmVjdGlvbnMSJC5jb29sZG93bi52MS5XYXRjaENvbm5lY3Rpb25zUmVxdWVzdBolLmNvb2xkb3duLnYxLldhdGNoQ29ubmVjdGlvbnNSZXNwb25zZSIDkAIBMAEyygEKDEFkbWluU2VydmljZRJcCg9SZXNldENvbm5lY3Rpb24SIy5jb29sZG93bi52MS5SZXNldENvbm5lY3Rpb25SZXF1ZXN0GiQuY29vbGRvd24udjEuUmVzZXRDb25uZWN0aW9uUmVzcG9uc2USXAoPRm9yY2VDb25uZWN0aW9uEiMuY29vbGRvd24udjEuRm9yY2VDb25uZWN0aW9uUmVxdWVzdBokLmNvb2xkb3duLnYxLkZvcmNlQ29ubmVjdGlvblJlc3BvbnNlQjZaNGdpdGh1Yi5jb20vY29vbGRvd25kL2Nvb2xkb3duZC9hcGkvdjEvZ2VuL2Nvb2xkb3dudjFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * Connection names one provider endpoint used with one credential, as a
@@ -216,6 +216,14 @@ export type ConnectionState = Message<"cooldown.v1.ConnectionState"> & {
    * @generated from field: cooldown.v1.FleetCounts fleet = 22;
    */
   fleet?: FleetCounts | undefined;
+
+  /**
+   * Why the connection is in this state under its policy, computed by the
+   * server (internal/breaker Explain): readers display it, never derive it.
+   *
+   * @generated from field: cooldown.v1.Explanation explanation = 23;
+   */
+  explanation?: Explanation | undefined;
 };
 
 /**
@@ -224,6 +232,222 @@ export type ConnectionState = Message<"cooldown.v1.ConnectionState"> & {
  */
 export const ConnectionStateSchema: GenMessage<ConnectionState> = /*@__PURE__*/
   messageDesc(file_v1_cooldown, 1);
+
+/**
+ * Explanation says why a connection is in its state under its policy, and
+ * how far it is from the next rule: computed once, by the server, so that
+ * the dashboard, cooldownctl and every other reader show the same thing.
+ *
+ * @generated from message cooldown.v1.Explanation
+ */
+export type Explanation = Message<"cooldown.v1.Explanation"> & {
+  /**
+   * Why, in words, most severe first (e.g. "open: 5 consecutive failures
+   * tripped the breaker", "retry budget spent: retries are denied"); empty
+   * for a healthy connection.
+   *
+   * @generated from field: repeated string reasons = 1;
+   */
+  reasons: string[];
+
+  /**
+   * The connection's sort rank, lower first: open (an auth block, an
+   * exhausted quota, a breaker, a forced open, an overload, a rate-limit
+   * cooldown), half-open, forced closed, denied by a fleet rule, failing,
+   * healthy. Ties are the reader's to break.
+   *
+   * @generated from field: uint32 severity = 2;
+   */
+  severity: number;
+
+  /**
+   * The rule that tripped the breaker of a connection open by
+   * CAUSE_BREAKER (or, half-open, of the open it recovers from);
+   * TRIP_RULE_UNSPECIFIED when not known: both rules are on and the
+   * counts that tripped it were reset by the trip.
+   *
+   * @generated from field: cooldown.v1.TripRule tripped = 3;
+   */
+  tripped: TripRule;
+
+  /**
+   * The policy's trip rules that are on, and how far a closed connection
+   * is from each.
+   *
+   * @generated from field: repeated cooldown.v1.TripRuleState trip_rules = 4;
+   */
+  tripRules: TripRuleState[];
+
+  /**
+   * Transient failures in a row, each from a reporter new to the trip
+   * quorum, that trip the breaker now; 0: no failure trips it (not closed,
+   * an override, or every rule off). 1: the next failure trips it.
+   *
+   * @generated from field: uint32 failures_to_trip = 5;
+   */
+  failuresToTrip: number;
+
+  /**
+   * The fleet retry budget; unset when the policy has none.
+   *
+   * @generated from field: cooldown.v1.RetryBudget retry_budget = 6;
+   */
+  retryBudget?: RetryBudget | undefined;
+
+  /**
+   * The adaptive throttle's rejection probability now, and whether it
+   * applies to calls (closed, no override).
+   *
+   * @generated from field: double throttle_probability = 7;
+   */
+  throttleProbability: number;
+
+  /**
+   * @generated from field: bool throttling = 8;
+   */
+  throttling: boolean;
+
+  /**
+   * The trip quorum: distinct reporters of transient failures within the
+   * fleet window, and how many trip the breaker (0: the quorum is off).
+   *
+   * @generated from field: uint32 quorum_reporters = 9;
+   */
+  quorumReporters: number;
+
+  /**
+   * @generated from field: uint32 quorum_needed = 10;
+   */
+  quorumNeeded: number;
+
+  /**
+   * Half-open: the cause of the open period it is recovering from
+   * (CAUSE_UNSPECIFIED when its history no longer says).
+   *
+   * @generated from field: cooldown.v1.Cause opened_by = 11;
+   */
+  openedBy: Cause;
+
+  /**
+   * A forced state (or a half-open one a forced open led to): the
+   * operator who forced it and their reason, from its history.
+   *
+   * @generated from field: string actor = 12;
+   */
+  actor: string;
+
+  /**
+   * @generated from field: string reason = 13;
+   */
+  reason: string;
+
+  /**
+   * What an Admit of a first attempt is denied with now (before shadow
+   * mode); DENY_REASON_UNSPECIFIED when it would be allowed.
+   *
+   * @generated from field: cooldown.v1.DenyReason denies = 14;
+   */
+  denies: DenyReason;
+};
+
+/**
+ * Describes the message cooldown.v1.Explanation.
+ * Use `create(ExplanationSchema)` to create a new message.
+ */
+export const ExplanationSchema: GenMessage<Explanation> = /*@__PURE__*/
+  messageDesc(file_v1_cooldown, 2);
+
+/**
+ * TripRuleState is one trip rule and where a closed connection stands.
+ *
+ * @generated from message cooldown.v1.TripRuleState
+ */
+export type TripRuleState = Message<"cooldown.v1.TripRuleState"> & {
+  /**
+   * The rule.
+   *
+   * @generated from field: cooldown.v1.TripRule rule = 1;
+   */
+  rule: TripRule;
+
+  /**
+   * Consecutive failures: failures in a row; failure rate: the failure
+   * fraction over the window (the older bucket weighted by its overlap).
+   *
+   * @generated from field: double value = 2;
+   */
+  value: number;
+
+  /**
+   * The value at which it trips.
+   *
+   * @generated from field: double threshold = 3;
+   */
+  threshold: number;
+
+  /**
+   * Failure rate: calls in the window, and the least it needs.
+   *
+   * @generated from field: double calls = 4;
+   */
+  calls: number;
+
+  /**
+   * @generated from field: uint32 min_calls = 5;
+   */
+  minCalls: number;
+
+  /**
+   * Transient failures in a row that trip this rule by itself (the trip
+   * quorum aside).
+   *
+   * @generated from field: uint32 failures_to_trip = 6;
+   */
+  failuresToTrip: number;
+};
+
+/**
+ * Describes the message cooldown.v1.TripRuleState.
+ * Use `create(TripRuleStateSchema)` to create a new message.
+ */
+export const TripRuleStateSchema: GenMessage<TripRuleState> = /*@__PURE__*/
+  messageDesc(file_v1_cooldown, 3);
+
+/**
+ * RetryBudget is where a connection stands against its fleet retry budget.
+ *
+ * @generated from message cooldown.v1.RetryBudget
+ */
+export type RetryBudget = Message<"cooldown.v1.RetryBudget"> & {
+  /**
+   * Retries admitted over the fleet window (the older bucket weighted).
+   *
+   * @generated from field: double retries = 1;
+   */
+  retries: number;
+
+  /**
+   * Retries the budget allows over the window: the larger of
+   * retry_budget x first attempts and retry_budget_min per second.
+   *
+   * @generated from field: double allowed = 2;
+   */
+  allowed: number;
+
+  /**
+   * Further retries that fit the budget now; 0: the next is denied.
+   *
+   * @generated from field: uint32 retries_left = 3;
+   */
+  retriesLeft: number;
+};
+
+/**
+ * Describes the message cooldown.v1.RetryBudget.
+ * Use `create(RetryBudgetSchema)` to create a new message.
+ */
+export const RetryBudgetSchema: GenMessage<RetryBudget> = /*@__PURE__*/
+  messageDesc(file_v1_cooldown, 4);
 
 /**
  * FleetCounts are a connection's traffic counts over the last fleet
@@ -284,7 +508,7 @@ export type FleetCounts = Message<"cooldown.v1.FleetCounts"> & {
  * Use `create(FleetCountsSchema)` to create a new message.
  */
 export const FleetCountsSchema: GenMessage<FleetCounts> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 2);
+  messageDesc(file_v1_cooldown, 5);
 
 /**
  * Policy is the breaker policy in effect for one connection: the server's
@@ -446,7 +670,7 @@ export type Policy = Message<"cooldown.v1.Policy"> & {
  * Use `create(PolicySchema)` to create a new message.
  */
 export const PolicySchema: GenMessage<Policy> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 3);
+  messageDesc(file_v1_cooldown, 6);
 
 /**
  * Transition is one state change of a connection.
@@ -526,7 +750,7 @@ export type Transition = Message<"cooldown.v1.Transition"> & {
  * Use `create(TransitionSchema)` to create a new message.
  */
 export const TransitionSchema: GenMessage<Transition> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 4);
+  messageDesc(file_v1_cooldown, 7);
 
 /**
  * AdmitRequest asks to admit one call.
@@ -557,7 +781,7 @@ export type AdmitRequest = Message<"cooldown.v1.AdmitRequest"> & {
  * Use `create(AdmitRequestSchema)` to create a new message.
  */
 export const AdmitRequestSchema: GenMessage<AdmitRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 5);
+  messageDesc(file_v1_cooldown, 8);
 
 /**
  * AdmitResponse is the decision for the first candidate that may go, or a
@@ -677,7 +901,7 @@ export type AdmitResponse = Message<"cooldown.v1.AdmitResponse"> & {
  * Use `create(AdmitResponseSchema)` to create a new message.
  */
 export const AdmitResponseSchema: GenMessage<AdmitResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 6);
+  messageDesc(file_v1_cooldown, 9);
 
 /**
  * CandidateDecision is the answer for one examined candidate.
@@ -733,7 +957,7 @@ export type CandidateDecision = Message<"cooldown.v1.CandidateDecision"> & {
  * Use `create(CandidateDecisionSchema)` to create a new message.
  */
 export const CandidateDecisionSchema: GenMessage<CandidateDecision> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 7);
+  messageDesc(file_v1_cooldown, 10);
 
 /**
  * ReportRequest records the outcome of one admitted call.
@@ -839,7 +1063,7 @@ export type ReportRequest = Message<"cooldown.v1.ReportRequest"> & {
  * Use `create(ReportRequestSchema)` to create a new message.
  */
 export const ReportRequestSchema: GenMessage<ReportRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 8);
+  messageDesc(file_v1_cooldown, 11);
 
 /**
  * ReportResponse says what the report changed.
@@ -905,7 +1129,7 @@ export type ReportResponse = Message<"cooldown.v1.ReportResponse"> & {
  * Use `create(ReportResponseSchema)` to create a new message.
  */
 export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 9);
+  messageDesc(file_v1_cooldown, 12);
 
 /**
  * ExtendLeaseRequest extends a probe lease.
@@ -940,7 +1164,7 @@ export type ExtendLeaseRequest = Message<"cooldown.v1.ExtendLeaseRequest"> & {
  * Use `create(ExtendLeaseRequestSchema)` to create a new message.
  */
 export const ExtendLeaseRequestSchema: GenMessage<ExtendLeaseRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 10);
+  messageDesc(file_v1_cooldown, 13);
 
 /**
  * ExtendLeaseResponse confirms the extension.
@@ -961,7 +1185,7 @@ export type ExtendLeaseResponse = Message<"cooldown.v1.ExtendLeaseResponse"> & {
  * Use `create(ExtendLeaseResponseSchema)` to create a new message.
  */
 export const ExtendLeaseResponseSchema: GenMessage<ExtendLeaseResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 11);
+  messageDesc(file_v1_cooldown, 14);
 
 /**
  * GetConnectionRequest names one connection.
@@ -998,7 +1222,7 @@ export type GetConnectionRequest = Message<"cooldown.v1.GetConnectionRequest"> &
  * Use `create(GetConnectionRequestSchema)` to create a new message.
  */
 export const GetConnectionRequestSchema: GenMessage<GetConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 12);
+  messageDesc(file_v1_cooldown, 15);
 
 /**
  * GetConnectionResponse is one connection's state and history.
@@ -1044,7 +1268,7 @@ export type GetConnectionResponse = Message<"cooldown.v1.GetConnectionResponse">
  * Use `create(GetConnectionResponseSchema)` to create a new message.
  */
 export const GetConnectionResponseSchema: GenMessage<GetConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 13);
+  messageDesc(file_v1_cooldown, 16);
 
 /**
  * ListConnectionsRequest pages through connections.
@@ -1081,7 +1305,7 @@ export type ListConnectionsRequest = Message<"cooldown.v1.ListConnectionsRequest
  * Use `create(ListConnectionsRequestSchema)` to create a new message.
  */
 export const ListConnectionsRequestSchema: GenMessage<ListConnectionsRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 14);
+  messageDesc(file_v1_cooldown, 17);
 
 /**
  * ListConnectionsResponse is one page of connections, ordered by id (across
@@ -1110,7 +1334,7 @@ export type ListConnectionsResponse = Message<"cooldown.v1.ListConnectionsRespon
  * Use `create(ListConnectionsResponseSchema)` to create a new message.
  */
 export const ListConnectionsResponseSchema: GenMessage<ListConnectionsResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 15);
+  messageDesc(file_v1_cooldown, 18);
 
 /**
  * WatchConnectionsRequest starts a watch.
@@ -1141,7 +1365,7 @@ export type WatchConnectionsRequest = Message<"cooldown.v1.WatchConnectionsReque
  * Use `create(WatchConnectionsRequestSchema)` to create a new message.
  */
 export const WatchConnectionsRequestSchema: GenMessage<WatchConnectionsRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 16);
+  messageDesc(file_v1_cooldown, 19);
 
 /**
  * WatchConnectionsResponse is one change, or an empty message (no
@@ -1186,7 +1410,7 @@ export type WatchConnectionsResponse = Message<"cooldown.v1.WatchConnectionsResp
  * Use `create(WatchConnectionsResponseSchema)` to create a new message.
  */
 export const WatchConnectionsResponseSchema: GenMessage<WatchConnectionsResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 17);
+  messageDesc(file_v1_cooldown, 20);
 
 /**
  * ResetConnectionRequest resets one connection.
@@ -1214,7 +1438,7 @@ export type ResetConnectionRequest = Message<"cooldown.v1.ResetConnectionRequest
  * Use `create(ResetConnectionRequestSchema)` to create a new message.
  */
 export const ResetConnectionRequestSchema: GenMessage<ResetConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 18);
+  messageDesc(file_v1_cooldown, 21);
 
 /**
  * ResetConnectionResponse is the state after the reset.
@@ -1235,7 +1459,7 @@ export type ResetConnectionResponse = Message<"cooldown.v1.ResetConnectionRespon
  * Use `create(ResetConnectionResponseSchema)` to create a new message.
  */
 export const ResetConnectionResponseSchema: GenMessage<ResetConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 19);
+  messageDesc(file_v1_cooldown, 22);
 
 /**
  * ForceConnectionRequest forces a connection's state.
@@ -1277,7 +1501,7 @@ export type ForceConnectionRequest = Message<"cooldown.v1.ForceConnectionRequest
  * Use `create(ForceConnectionRequestSchema)` to create a new message.
  */
 export const ForceConnectionRequestSchema: GenMessage<ForceConnectionRequest> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 20);
+  messageDesc(file_v1_cooldown, 23);
 
 /**
  * ForceConnectionResponse is the state after the override.
@@ -1298,7 +1522,7 @@ export type ForceConnectionResponse = Message<"cooldown.v1.ForceConnectionRespon
  * Use `create(ForceConnectionResponseSchema)` to create a new message.
  */
 export const ForceConnectionResponseSchema: GenMessage<ForceConnectionResponse> = /*@__PURE__*/
-  messageDesc(file_v1_cooldown, 21);
+  messageDesc(file_v1_cooldown, 24);
 
 /**
  * Decision is Admit's answer.
@@ -1676,6 +1900,47 @@ export enum Override {
  */
 export const OverrideSchema: GenEnum<Override> = /*@__PURE__*/
   enumDesc(file_v1_cooldown, 5);
+
+/**
+ * TripRule is one of the breaker's trip rules.
+ *
+ * @generated from enum cooldown.v1.TripRule
+ */
+export enum TripRule {
+  /**
+   * Unknown, or none.
+   *
+   * @generated from enum value: TRIP_RULE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Policy.consecutive_failures transient failures in a row.
+   *
+   * @generated from enum value: TRIP_RULE_CONSECUTIVE_FAILURES = 1;
+   */
+  CONSECUTIVE_FAILURES = 1,
+
+  /**
+   * Policy.failure_rate over Policy.window, once Policy.min_calls calls.
+   *
+   * @generated from enum value: TRIP_RULE_FAILURE_RATE = 2;
+   */
+  FAILURE_RATE = 2,
+
+  /**
+   * A half-open connection's probe failed.
+   *
+   * @generated from enum value: TRIP_RULE_PROBE_FAILURE = 3;
+   */
+  PROBE_FAILURE = 3,
+}
+
+/**
+ * Describes the enum cooldown.v1.TripRule.
+ */
+export const TripRuleSchema: GenEnum<TripRule> = /*@__PURE__*/
+  enumDesc(file_v1_cooldown, 6);
 
 /**
  * CooldownService is what applications call around every provider call:
