@@ -50,9 +50,10 @@ stress: preflight
 	go test -tags integration -race -count=$$(( ($(STRESS_COUNT) + 3) / 4 )) -timeout 30m ./test/...
 
 # GENERATED are the checked-in files (and directories) make generate writes.
-GENERATED := api/ clients/ts/src/gen/ deploy/helm/cooldownd/values.schema.json README.md
+GENERATED := api/ clients/ts/src/gen/ clients/ts/src/knobs.gen.ts deploy/helm/cooldownd/values.schema.json README.md
 ## generate: regenerate the Go and Connect code (and clients/ts/src/gen) from api/v1/*.proto, and the
-## policy knobs of internal/breaker/knobs.go into the chart's values.schema.json and the README's table.
+## policy knobs of internal/breaker/knobs.go into the chart's values.schema.json, the README's table and
+## clients/ts/src/knobs.gen.ts (the TS knob table, Policy and the breaker state's shapes).
 generate: ts-deps
 	$(BUF) format -w
 	$(BUF) generate

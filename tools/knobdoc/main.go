@@ -5,7 +5,10 @@
 //     policy (the flags' values), of policy.overrides' sections
 //     (definitions policyKnobs, policyTenant, policyLabelRule) and
 //     policy's required list; every other member is left as it is;
-//   - README.md: the policy table between its marker comments.
+//   - README.md: the policy table between its marker comments;
+//   - clients/ts/src/knobs.gen.ts: the knob table, Policy and
+//     defaultPolicy for the TypeScript port, and the shapes of the
+//     breaker's State (ts.go).
 //
 // Run it from the repository's root (make generate); with -check it writes
 // nothing and fails when a file is stale (the test does the same).
@@ -55,13 +58,22 @@ func main() {
 
 func run(root string, check bool) error {
 	var stale []string
+	clientPolicy, err := os.ReadFile(filepath.Join(root, clientPolicyFile))
+	if err != nil {
+		return err
+	}
+	serverOnly, err := ServerOnly(clientPolicy)
+	if err != nil {
+		return err
+	}
+	ts := func([]byte) ([]byte, error) { return TS(serverOnly) }
 	for _, f := range []struct {
 		path string
 		gen  func([]byte) ([]byte, error)
-	}{{SchemaFile, Schema}, {ReadmeFile, Readme}} {
+	}{{SchemaFile, Schema}, {ReadmeFile, Readme}, {TSFile, ts}} {
 		path := filepath.Join(root, f.path)
 		old, err := os.ReadFile(path)
-		if err != nil {
+		if err != nil && !(f.path == TSFile && errors.Is(err, os.ErrNotExist)) {
 			return err
 		}
 		out, err := f.gen(old)

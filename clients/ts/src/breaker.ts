@@ -69,117 +69,35 @@ export function reasonName(r: DenyReason): string {
 export const Override = { None: 0, ForcedOpen: 1, ForcedClosed: 2 } as const;
 export type Override = (typeof Override)[keyof typeof Override];
 
-/** Limits on policy values (internal/breaker). */
-export const MaxWindowMs = 10 * 60_000;
-export const MaxDurationMs = 7 * 24 * 3600_000;
-export const MaxProbes = 16;
-export const MaxCount = 100000;
-export const MaxReopens = 64;
-/** Caps the trip quorum (and so the reporters a state keeps). */
-export const MaxQuorum = 16;
-/** Caps the retry budget's per-second minimum. */
-export const MaxRetryBudgetMin = 1000;
-/** Caps the adaptive throttle's K. */
-export const MaxThrottleK = 10;
-/** The wait a throttled call is told, ms (breaker.ThrottleRetryAfter). */
-export const ThrottleRetryAfterMs = 1000;
+// The knob table, Policy, defaultPolicy, the limits and the state's shapes
+// are generated from internal/breaker (knobs.gen.ts, by make generate).
+import {
+  MaxCount, MaxReopens, MaxWindowMs, ThrottleRetryAfterMs, knobs, type Fleet, type Knob, type Lease, type Policy, type Reporter,
+  type StateFields, type Window,
+} from "./knobs.gen.js";
+export {
+  MaxCount, MaxDurationMs, MaxProbes, MaxQuorum, MaxReopens, MaxWindowMs, ThrottleRetryAfterMs, defaultPolicy, knobs,
+  stateFields, type Fleet, type Knob, type KnobKind, type Lease, type Policy, type Reporter, type StateFields, type Window,
+} from "./knobs.gen.js";
 
-/** The tunables of one connection's breaker; the same fields as cooldownd's policies. */
-export interface Policy {
-  /** Trip after this many transient failures in a row (0 disables). Default 5. */
-  consecutiveFailures: number;
-  /** Trip at this failure fraction over the window, in (0, 1]; 0 disables. Default 0.5. */
-  failureRate: number;
-  /** Calls the window must hold before failureRate applies. Default 20. */
-  minCalls: number;
-  /** Sliding window of the failure-rate rule, ms. Default 60 000. */
-  windowMs: number;
-  /** First breaker open, ms; doubles per consecutive re-open. Default 10 000. */
-  openBaseMs: number;
-  /** Cap of breaker opens, ms. Default 300 000. */
-  openMaxMs: number;
-  /** ± fraction of jitter on breaker opens, in [0, 1). Default 0.1. */
-  jitter: number;
-  /** Cooldown after a 429 without Retry-After, ms. Default 2 000. */
-  rateLimitDefaultMs: number;
-  /** Least cooldown after an overloaded answer, ms. Default 5 000. */
-  overloadFloorMs: number;
-  /** Block after an exhausted quota, ms. Default 3 600 000. */
-  quotaBlockMs: number;
-  /** Block after a rejected credential, ms. Default 300 000. */
-  authBlockMs: number;
-  /** Probe leases a half-open connection grants at once, 1 to 16. Default 1. */
-  maxProbes: number;
-  /** A probe lease's time to live, ms. Default 30 000. */
-  leaseTtlMs: number;
-  /**
-   * The fleet rules (docs/policies.md), over fleetWindowMs. Retries may be at
-   * most this fraction of the first attempts, in [0, 1]; 0 disables the
-   * budget. Default 0.2.
-   */
-  retryBudget: number;
-  /** Retries per second the budget allows whatever the ratio, 0 to 1000. Default 3. */
-  retryBudgetMin: number;
-  /**
-   * The adaptive throttle's K: while closed a call is rejected with
-   * probability max(0, (requests − K·accepts) / (requests + 1)); 0 disables,
-   * else in [1, 10]. Default 0.
-   */
-  throttleK: number;
-  /**
-   * Transient failures trip only once this many distinct reporters saw them
-   * within the fleet window, 0 to 16 (0 and 1: any one). Default 0.
-   */
-  tripQuorum: number;
-  /** The fleet rules' window, ms: 1 to 600 000 while one is on. Default 30 000. */
-  fleetWindowMs: number;
-  /** Allow every call the policy would deny, saying why (overrides still apply). Default false. */
-  shadow: boolean;
+function knob(field: keyof Policy): Knob {
+  const k = knobs.find((k) => k.field === field);
+  if (k === undefined) throw new Error(`breaker: no knob ${field}`);
+  return k;
 }
 
-/** cooldownd's documented default policy. */
-export function defaultPolicy(): Policy {
-  return {
-    consecutiveFailures: 5, failureRate: 0.5, minCalls: 20, windowMs: 60_000,
-    openBaseMs: 10_000, openMaxMs: 300_000, jitter: 0.1, rateLimitDefaultMs: 2_000,
-    overloadFloorMs: 5_000, quotaBlockMs: 3_600_000, authBlockMs: 300_000, maxProbes: 1, leaseTtlMs: 30_000,
-    retryBudget: 0.2, retryBudgetMin: 3, throttleK: 0, tripQuorum: 0, fleetWindowMs: 30_000, shadow: false,
-  };
-}
+/** Caps the retry budget's per-second minimum (the knob's own maximum). */
+export const MaxRetryBudgetMin = knob("retryBudgetMin").max;
+/** Caps the adaptive throttle's K (the knob's own maximum). */
+export const MaxThrottleK = knob("throttleK").max;
 
-type KnobKind = "count" | "ratio" | "span" | "switch";
-interface KnobBound { key: string; kind: KnobKind; min: number; max: number; maxExclusive?: boolean; get(p: Policy): unknown; }
-
-/** Every knob of internal/breaker/knobs.go in its order, with its own bounds (spans in ms). */
-const knobBounds: KnobBound[] = [
-  { key: "consecutive_failures", kind: "count", min: 0, max: MaxCount, get: (p) => p.consecutiveFailures },
-  { key: "failure_rate", kind: "ratio", min: 0, max: 1, get: (p) => p.failureRate },
-  { key: "min_calls", kind: "count", min: 0, max: MaxCount, get: (p) => p.minCalls },
-  { key: "window", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.windowMs },
-  { key: "open_base", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.openBaseMs },
-  { key: "open_max", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.openMaxMs },
-  { key: "jitter", kind: "ratio", min: 0, max: 1, maxExclusive: true, get: (p) => p.jitter },
-  { key: "rate_limit_cooldown", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.rateLimitDefaultMs },
-  { key: "overload_floor", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.overloadFloorMs },
-  { key: "quota_block", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.quotaBlockMs },
-  { key: "auth_block", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.authBlockMs },
-  { key: "max_probes", kind: "count", min: 1, max: MaxProbes, get: (p) => p.maxProbes },
-  { key: "lease_ttl", kind: "span", min: 1, max: MaxDurationMs, get: (p) => p.leaseTtlMs },
-  { key: "retry_budget", kind: "ratio", min: 0, max: 1, get: (p) => p.retryBudget },
-  { key: "retry_budget_min", kind: "count", min: 0, max: MaxRetryBudgetMin, get: (p) => p.retryBudgetMin },
-  { key: "throttle_k", kind: "ratio", min: 0, max: MaxThrottleK, get: (p) => p.throttleK },
-  { key: "trip_quorum", kind: "count", min: 0, max: MaxQuorum, get: (p) => p.tripQuorum },
-  { key: "fleet_window", kind: "span", min: 0, max: MaxDurationMs, get: (p) => p.fleetWindowMs },
-  { key: "shadow", kind: "switch", min: 0, max: 1, get: (p) => p.shadow },
-];
-
-function bounds(k: KnobBound): string {
+function bounds(k: Knob): string {
   const f = (v: number) => (k.kind === "span" ? `${v}ms` : String(v));
   return `[${f(k.min)}, ${f(k.max)}${k.maxExclusive ? ")" : "]"}`;
 }
 
-function checkKnob(k: KnobBound, p: Policy): string | undefined {
-  const raw = k.get(p);
+function checkKnob(k: Knob, p: Policy): string | undefined {
+  const raw: unknown = p[k.field];
   if (k.kind === "switch") return typeof raw === "boolean" ? undefined : `${k.key} must be true or false, got ${String(raw)}`;
   if (typeof raw !== "number" || Number.isNaN(raw)) return `${k.key} must be in ${bounds(k)}, got ${String(raw)}`;
   const v = raw;
@@ -198,7 +116,7 @@ function checkKnob(k: KnobBound, p: Policy): string | undefined {
  * milliseconds.
  */
 export function validatePolicy(p: Policy): string | undefined {
-  for (const k of knobBounds) {
+  for (const k of knobs) {
     const bad = checkKnob(k, p);
     if (bad !== undefined) return bad;
   }
@@ -248,31 +166,6 @@ export function openDuration(p: Policy, reopens: number, r: number): number {
   if (p.jitter > 0) d += Math.floor(d * p.jitter * (2 * r - 1));
   return Math.max(Math.min(d, maxD), 1);
 }
-
-/** One probe lease of a half-open connection. */
-export interface Lease { slot: number; token: string; granted: number; expires: number; }
-
-/** The failure-rate rule's two aligned buckets. */
-export interface Window { start: number; prevCalls: number; prevFails: number; curCalls: number; curFails: number; }
-
-/**
- * A connection's traffic counts over the fleet window, from every process's
- * calls: two aligned buckets, the previous one weighted by its overlap.
- */
-export interface Fleet {
-  start: number;
-  /** First attempts reported: the retry budget's base. */
-  prevFirsts: number; curFirsts: number;
-  /** Retries admitted: what the budget spends. */
-  prevRetries: number; curRetries: number;
-  /** Calls reported and calls the throttle rejected. */
-  prevRequests: number; curRequests: number;
-  /** Calls reported as a success or a client error. */
-  prevAccepts: number; curAccepts: number;
-}
-
-/** One process that reported an ambiguous failure while closed, and when it last did. */
-export interface Reporter { id: string; at: number; }
 
 /** The call an admit is for. */
 export interface Attempt {
@@ -342,7 +235,7 @@ function nextRevision(rev: number, at: number): number {
 }
 
 /** One connection's breaker state; a new State is a connection never seen (closed, revision 0). */
-export class State {
+export class State implements StateFields {
   phase: Phase | 0 = 0;
   cause: Cause = Cause.None;
   revision = 0;

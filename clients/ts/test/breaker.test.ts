@@ -7,7 +7,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
 import {
-  Cause, Decision, DenyReason, Outcome, Phase, State, defaultPolicy, validatePolicy, type Policy, type BreakerReport, LeaseNotHeldError,
+  Cause, Decision, DenyReason, Outcome, Phase, State, defaultPolicy, knobs, stateFields, validatePolicy, type Policy, type BreakerReport,
+  LeaseNotHeldError,
 } from "../src/breaker.js";
 import { repoRoot } from "./helpers.js";
 
@@ -24,14 +25,9 @@ interface Trace { policy: Policy; steps: Step[]; }
 export const SEQUENCES = 400;
 export const STEPS = 150;
 
+/** The port's state by the fields knobs.gen.ts declares (internal/breaker's State's, generated). */
 function stateOf(s: State): Record<string, unknown> {
-  return {
-    phase: s.phase, cause: s.cause, revision: s.revision, openUntil: s.openUntil, reopens: s.reopens, consecutive: s.consecutive,
-    window: { ...s.window }, override: s.override, overrideUntil: s.overrideUntil, leases: s.leases.map((l) => ({ ...l })),
-    successes: s.successes, failures: s.failures, lastStatus: s.lastStatus, lastOutcome: s.lastOutcome,
-    lastErrorCode: s.lastErrorCode, changedAt: s.changedAt, updatedAt: s.updatedAt,
-    fleet: { ...s.fleet }, reporters: s.reporters.map((r) => ({ ...r })),
-  };
+  return Object.fromEntries(stateFields.map((f) => [f, structuredClone(s[f])]));
 }
 
 /** How often the traces reached each fleet rule: the differential test is only as good as what it exercised. */
@@ -153,10 +149,30 @@ test("breaker: validatePolicy refuses the knob Policy.Validate refuses, on 4000 
     refused.set(key, (refused.get(key) ?? 0) + 1);
   }
   // Every knob refused at least once, and some policies valid.
-  for (const k of ["", "consecutive_failures", "failure_rate", "min_calls", "window", "open_base", "open_max", "jitter",
-    "rate_limit_cooldown", "overload_floor", "quota_block", "auth_block", "max_probes", "lease_ttl", "retry_budget",
-    "retry_budget_min", "throttle_k", "trip_quorum", "fleet_window"]) {
+  for (const k of ["", ...knobs.filter((k) => k.kind !== "switch").map((k) => k.key)]) {
     assert.ok((refused.get(k) ?? 0) > 0, `no case refused by ${k || "nothing"}: ${JSON.stringify([...refused])}`);
+  }
+});
+
+test("breaker: the generated knob table is the port's Policy, its defaults and its bounds", () => {
+  const def = defaultPolicy();
+  assert.deepStrictEqual(Object.keys(def).sort(), knobs.map((k) => k.field).sort(), "one Policy field per knob");
+  for (const k of knobs) {
+    assert.equal(def[k.field], k.default, `${k.key}'s default`);
+    assert.equal(validatePolicy(def), undefined);
+    if (k.kind === "switch") {
+      assert.match(validatePolicy({ ...def, [k.field]: 1 }) ?? "", new RegExp(`^${k.key} must be true or false`));
+      continue;
+    }
+    // Just past each of the knob's own bounds is refused, naming the knob and the bounds.
+    const step = k.kind === "ratio" ? 0.001 : 1;
+    const unit = k.unit === "ms" ? "ms" : "";
+    const range = `[${k.min}${unit}, ${k.max}${unit}${k.maxExclusive ? ")" : "]"}`;
+    for (const v of [k.min - step, k.maxExclusive ? k.max : k.max + step]) {
+      const got = validatePolicy({ ...def, [k.field]: v });
+      const want = k.kind === "span" && v < 0 ? `${k.key} must not be negative` : `${k.key} must be in ${range}, got ${v}`;
+      assert.ok(got?.startsWith(want), `${k.key} = ${v}: got ${got}, want ${want}`);
+    }
   }
 });
 

@@ -20,10 +20,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/tools/knobdoc/tsknob"
 )
 
 func main() {
@@ -58,41 +60,13 @@ func main() {
 	}
 }
 
-// policy is a breaker.Policy in milliseconds, as the TypeScript port holds
-// it (whole in sequences, fractional only in validation cases).
-type policy struct {
-	ConsecutiveFailures int     `json:"consecutiveFailures"`
-	FailureRate         float64 `json:"failureRate"`
-	MinCalls            int     `json:"minCalls"`
-	WindowMs            float64 `json:"windowMs"`
-	OpenBaseMs          float64 `json:"openBaseMs"`
-	OpenMaxMs           float64 `json:"openMaxMs"`
-	Jitter              float64 `json:"jitter"`
-	RateLimitDefaultMs  float64 `json:"rateLimitDefaultMs"`
-	OverloadFloorMs     float64 `json:"overloadFloorMs"`
-	QuotaBlockMs        float64 `json:"quotaBlockMs"`
-	AuthBlockMs         float64 `json:"authBlockMs"`
-	MaxProbes           int     `json:"maxProbes"`
-	LeaseTTLMs          float64 `json:"leaseTtlMs"`
-	RetryBudget         float64 `json:"retryBudget"`
-	RetryBudgetMin      int     `json:"retryBudgetMin"`
-	ThrottleK           float64 `json:"throttleK"`
-	TripQuorum          int     `json:"tripQuorum"`
-	FleetWindowMs       float64 `json:"fleetWindowMs"`
-	Shadow              bool    `json:"shadow"`
-}
+// policy is a breaker.Policy as the TypeScript Policy holds it, by its
+// generated field names (tools/knobdoc/tsknob; clients/ts/src/knobs.gen.ts):
+// spans in milliseconds, whole in sequences, fractional only in validation
+// cases.
+type policy = map[string]any
 
-func toPolicy(p breaker.Policy) policy {
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	return policy{
-		ConsecutiveFailures: p.ConsecutiveFailures, FailureRate: p.FailureRate, MinCalls: p.MinCalls,
-		WindowMs: ms(p.Window), OpenBaseMs: ms(p.OpenBase), OpenMaxMs: ms(p.OpenMax),
-		Jitter: p.Jitter, RateLimitDefaultMs: ms(p.RateLimitCooldown), OverloadFloorMs: ms(p.OverloadFloor),
-		QuotaBlockMs: ms(p.QuotaBlock), AuthBlockMs: ms(p.AuthBlock), MaxProbes: p.MaxProbes,
-		LeaseTTLMs: ms(p.LeaseTTL), RetryBudget: p.RetryBudget, RetryBudgetMin: p.RetryBudgetMin,
-		ThrottleK: p.ThrottleK, TripQuorum: p.TripQuorum, FleetWindowMs: ms(p.FleetWindow), Shadow: p.Shadow,
-	}
-}
+func toPolicy(p breaker.Policy) policy { return tsknob.Policy(p) }
 
 type report struct {
 	Revision   uint64 `json:"revision"`
@@ -151,31 +125,6 @@ type verdict struct {
 	ShadowRetryAfter int64 `json:"shadowRetryAfter"`
 }
 
-type window struct {
-	Start     int64 `json:"start"`
-	PrevCalls int64 `json:"prevCalls"`
-	PrevFails int64 `json:"prevFails"`
-	CurCalls  int64 `json:"curCalls"`
-	CurFails  int64 `json:"curFails"`
-}
-
-type fleet struct {
-	Start        int64 `json:"start"`
-	PrevFirsts   int64 `json:"prevFirsts"`
-	CurFirsts    int64 `json:"curFirsts"`
-	PrevRetries  int64 `json:"prevRetries"`
-	CurRetries   int64 `json:"curRetries"`
-	PrevRequests int64 `json:"prevRequests"`
-	CurRequests  int64 `json:"curRequests"`
-	PrevAccepts  int64 `json:"prevAccepts"`
-	CurAccepts   int64 `json:"curAccepts"`
-}
-
-type reporter struct {
-	ID string `json:"id"`
-	At int64  `json:"at"`
-}
-
 // counts is breaker.FleetCounts: the floats the port must compute alike.
 type counts struct {
 	FirstAttempts       float64 `json:"firstAttempts"`
@@ -184,29 +133,6 @@ type counts struct {
 	Accepts             float64 `json:"accepts"`
 	ThrottleProbability float64 `json:"throttleProbability"`
 	FailureReporters    int     `json:"failureReporters"`
-}
-
-// state is a breaker.State with its zero phase written as 0.
-type state struct {
-	Phase         int        `json:"phase"`
-	Cause         int        `json:"cause"`
-	Revision      uint64     `json:"revision"`
-	OpenUntil     int64      `json:"openUntil"`
-	Reopens       int        `json:"reopens"`
-	Consecutive   int        `json:"consecutive"`
-	Window        window     `json:"window"`
-	Override      int        `json:"override"`
-	OverrideUntil int64      `json:"overrideUntil"`
-	Leases        []lease    `json:"leases"`
-	Successes     int64      `json:"successes"`
-	Failures      int64      `json:"failures"`
-	LastStatus    int        `json:"lastStatus"`
-	LastOutcome   int        `json:"lastOutcome"`
-	LastErrorCode string     `json:"lastErrorCode"`
-	ChangedAt     int64      `json:"changedAt"`
-	UpdatedAt     int64      `json:"updatedAt"`
-	Fleet         fleet      `json:"fleet"`
-	Reporters     []reporter `json:"reporters"`
 }
 
 type step struct {
@@ -218,7 +144,9 @@ type step struct {
 	Lease    *lease   `json:"lease,omitempty"`
 	Err      string   `json:"err,omitempty"`
 	Events   []event  `json:"events"`
-	State    state    `json:"state"`
+	// State is the whole breaker.State by the port's field names
+	// (tsknob.JSON), its zero phase written as 0.
+	State any `json:"state"`
 	// Counts is State.FleetCounts at now after the step.
 	Counts counts `json:"counts"`
 }
@@ -270,23 +198,27 @@ type validationCase struct {
 // values at or past their bounds (spans may be fractional milliseconds).
 func validation(rng *rand.Rand) validationCase {
 	p := randomPolicy(rng)
-	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	spans := []float64{-1, 0, 0.5, 1, 1.5, 600000, 600001, float64(breaker.MaxDuration / time.Millisecond), float64(breaker.MaxDuration/time.Millisecond) + 1}
-	ratios := []float64{-0.5, 0, 0.00004, 0.00005, 0.0001, 0.3, 0.5, 0.99, 1, 1.5, 9.99, 10, 10.5}
-	counts := []int{-1, 0, 1, 2, 16, 17, 1000, 1001, breaker.MaxCount, breaker.MaxCount + 1}
+	ms := float64(time.Millisecond)
+	// Values at the rules between knobs (Policy.Validate): a rate or budget
+	// of less than one basis point, the throttle's K below 1, a quorum of 1
+	// or 2, min_calls while the rate rule is on, the failure-rate and fleet
+	// windows' [1ms, MaxWindow], fractional milliseconds.
+	rules := map[breaker.Kind][]float64{
+		breaker.Count: {0, 1, 2},
+		breaker.Ratio: {0, 0.00004, 0.00005, 0.0001, 0.3, 0.5, 0.99, 1, 1.5},
+		breaker.Span:  {0, 0.5 * ms, ms, 1.5 * ms, float64(breaker.MaxWindow), float64(breaker.MaxWindow) + ms},
+	}
+	step := map[breaker.Kind]float64{breaker.Count: 1, breaker.Ratio: 0.5, breaker.Span: ms}
 	knobs := breaker.Knobs()
 	for range 1 + rng.IntN(3) {
 		k := knobs[rng.IntN(len(knobs))]
-		switch k.Kind {
-		case breaker.Count:
-			k.Set(&p, float64(counts[rng.IntN(len(counts))]))
-		case breaker.Ratio:
-			k.Set(&p, ratios[rng.IntN(len(ratios))])
-		case breaker.Span:
-			k.Set(&p, float64(ms(spans[rng.IntN(len(spans))])))
-		case breaker.Switch:
+		if k.Kind == breaker.Switch {
 			k.Set(&p, 1-k.Get(p))
+			continue
 		}
+		// And the knob's own bounds, from the table: each, and one step past.
+		values := slices.Concat(rules[k.Kind], []float64{k.Min - step[k.Kind], k.Min, k.Max, k.Max + step[k.Kind]})
+		k.Set(&p, values[rng.IntN(len(values))])
 	}
 	c := validationCase{Policy: toPolicy(p)}
 	var pe *breaker.PolicyError
@@ -435,24 +367,4 @@ func toLease(l breaker.Lease) lease {
 	return lease{Slot: l.Slot, Token: l.Token, Granted: l.Granted, Expires: l.Expires}
 }
 
-func toState(s breaker.State) state {
-	out := state{
-		Phase: int(s.Phase), Cause: int(s.Cause), Revision: s.Revision, OpenUntil: s.OpenUntil, Reopens: s.Reopens,
-		Consecutive: s.Consecutive, Override: int(s.Override), OverrideUntil: s.OverrideUntil, Leases: []lease{},
-		Successes: s.Successes, Failures: s.Failures, LastStatus: s.LastStatus, LastOutcome: int(s.LastOutcome),
-		LastErrorCode: s.LastErrorCode, ChangedAt: s.ChangedAt, UpdatedAt: s.UpdatedAt,
-		Window: window{Start: s.Window.Start, PrevCalls: s.Window.PrevCalls, PrevFails: s.Window.PrevFails,
-			CurCalls: s.Window.CurCalls, CurFails: s.Window.CurFails},
-		Fleet: fleet{Start: s.Fleet.Start, PrevFirsts: s.Fleet.PrevFirsts, CurFirsts: s.Fleet.CurFirsts,
-			PrevRetries: s.Fleet.PrevRetries, CurRetries: s.Fleet.CurRetries, PrevRequests: s.Fleet.PrevRequests,
-			CurRequests: s.Fleet.CurRequests, PrevAccepts: s.Fleet.PrevAccepts, CurAccepts: s.Fleet.CurAccepts},
-		Reporters: []reporter{},
-	}
-	for _, r := range s.Reporters {
-		out.Reporters = append(out.Reporters, reporter{ID: r.ID, At: r.At})
-	}
-	for _, l := range s.Leases {
-		out.Leases = append(out.Leases, toLease(l))
-	}
-	return out
-}
+func toState(s breaker.State) any { return tsknob.JSON(s) }

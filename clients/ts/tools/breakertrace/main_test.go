@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -37,7 +38,7 @@ func TestSequencesReachTheFleetRules(t *testing.T) {
 				reached["several reporters"]++
 			}
 		}
-		if tr.Policy.TripQuorum > 1 {
+		if q, _ := tr.Policy["tripQuorum"].(int64); q > 1 {
 			reached["quorum policies"]++
 		}
 	}
@@ -68,16 +69,37 @@ func TestValidationCases(t *testing.T) {
 	}
 }
 
-// TestPolicyMilliseconds checks the policy's JSON form: spans in
-// milliseconds, fractional only when the duration is.
+// TestPolicyMilliseconds checks the policy's JSON form: every knob under
+// its generated TypeScript field, spans in milliseconds, fractional only
+// when the duration is.
 func TestPolicyMilliseconds(t *testing.T) {
 	t.Parallel()
 	p := breaker.DefaultPolicy()
 	p.LeaseTTL += 1500 * 1000 // 1.5 ms more
 	got := toPolicy(p)
-	assert.InDelta(t, 30001.5, got.LeaseTTLMs, 0)
-	assert.InDelta(t, 30000.0, got.FleetWindowMs, 0)
-	assert.InDelta(t, 0.2, got.RetryBudget, 0)
-	assert.Equal(t, 3, got.RetryBudgetMin)
-	assert.False(t, got.Shadow)
+	assert.Len(t, got, len(breaker.Knobs()))
+	assert.Equal(t, 30001.5, got["leaseTtlMs"])
+	assert.Equal(t, 30000.0, got["fleetWindowMs"])
+	assert.Equal(t, 2000.0, got["rateLimitDefaultMs"])
+	assert.Equal(t, 0.2, got["retryBudget"])
+	assert.Equal(t, int64(3), got["retryBudgetMin"])
+	assert.Equal(t, false, got["shadow"])
+}
+
+// TestStateFields checks the state's JSON form: breaker.State's fields by
+// the names knobs.gen.ts declares, empty slices as [], phases as numbers.
+func TestStateFields(t *testing.T) {
+	t.Parallel()
+	var s breaker.State
+	s.Reporters = []breaker.Reporter{{ID: "a", At: 7}}
+	b, err := json.Marshal(toState(s))
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(b, &got))
+	assert.Len(t, got, reflect.TypeFor[breaker.State]().NumField())
+	assert.Equal(t, 0.0, got["phase"])
+	assert.Equal(t, []any{}, got["leases"])
+	assert.Equal(t, []any{map[string]any{"id": "a", "at": 7.0}}, got["reporters"])
+	assert.Equal(t, "", got["lastErrorCode"])
+	assert.Contains(t, got["window"], "prevCalls")
 }
