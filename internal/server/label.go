@@ -8,10 +8,12 @@ import (
 	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // errSecretLabel is why a label that looks like a credential is refused.
-var errSecretLabel = errors.New("looks like a secret (API key, bearer token, JWT, URL credentials or a long random string); use a short human label such as \"openai gpt-4o 0a1b2c3d…\"")
+var errSecretLabel = errors.New("looks like a secret (API key, bearer token, JWT, URL credentials or a long random string, also when spaced out, in full-width letters or with other dashes); use a short human label such as \"openai gpt-4o 0a1b2c3d…\"")
 
 // checkLabel accepts short human labels and refuses anything that looks
 // like a secret, so credentials never reach Redis or the dashboard.
@@ -77,53 +79,134 @@ func screenLabel(l string) error {
 // "key:sk-…" and "prod_sk-…" are).
 const wordStart = `(^|[^a-z0-9])`
 
-// lowerShapes match the lower-cased label: key prefixes of the major
-// providers and clouds, credential syntax, and markers of tokens.
-var lowerShapes = regexp.MustCompile(strings.Join([]string{
-	wordStart + `(sk|rk)[-_]`,                       // OpenAI sk-, sk-proj-, sk-svcacct-; Anthropic sk-ant-; DeepSeek; OpenRouter sk-or-; Stripe sk_live_, rk_live_
-	wordStart + `pk_(live|test)_`,                   // Stripe publishable keys
-	`whsec_`,                                        // Stripe webhook secrets
-	wordStart + `gh[pousr]_[a-z0-9]{4,}`,            // GitHub tokens
-	`github_pat_`,                                   // GitHub fine-grained tokens
-	`glpat-`,                                        // GitLab
-	wordStart + `xox[abpres]-`, wordStart + `xapp-`, // Slack
-	wordStart + `aiza[0-9a-z_-]{8,}`, // Google API keys
-	`ya29\.`, `gocspx-`,              // Google OAuth access tokens, client secrets
-	wordStart + `hf_[a-z0-9]{8,}`,                       // Hugging Face
-	wordStart + `gsk_[a-z0-9]{8,}`,                      // Groq
-	wordStart + `xai-[a-z0-9]{8,}`,                      // xAI
-	wordStart + `r8_[a-z0-9]{8,}`,                       // Replicate
-	wordStart + `pplx-[a-z0-9]{8,}`,                     // Perplexity
-	wordStart + `fw_[a-z0-9]{8,}`,                       // Fireworks
-	wordStart + `csk-[a-z0-9]{8,}`,                      // Cerebras
-	wordStart + `pcsk_[a-z0-9]{8,}`,                     // Pinecone
-	wordStart + `(dop|doo|dor)_v1_`,                     // DigitalOcean
-	wordStart + `npm_[a-z0-9]{8,}`, wordStart + `pypi-`, // package registries
-	wordStart + `shp(at|ss|ca|pa)_`,       // Shopify
-	wordStart + `sg\.[a-z0-9_-]{8,}`,      // SendGrid
+// prefixShapes are key prefixes of the major providers and clouds, with as
+// much of the key's body as tells them from words. They match the
+// lower-cased label at a word start.
+var prefixShapes = []string{
+	`(sk|rk)[-_]`,            // OpenAI sk-, sk-proj-, sk-svcacct-; Anthropic sk-ant-; DeepSeek; OpenRouter sk-or-; Stripe sk_live_, rk_live_
+	`pk_(live|test)_`,        // Stripe publishable keys
+	`gh[pousr]_[a-z0-9]{4,}`, // GitHub tokens
+	`xox[abpres]-`, `xapp-`,  // Slack
+	`aiza[0-9a-z_-]{8,}`,        // Google API keys
+	`hf_[a-z0-9]{8,}`,           // Hugging Face
+	`gsk_[a-z0-9]{8,}`,          // Groq
+	`xai-[a-z0-9]{8,}`,          // xAI
+	`r8_[a-z0-9]{8,}`,           // Replicate
+	`pplx-[a-z0-9]{8,}`,         // Perplexity
+	`fw_[a-z0-9]{8,}`,           // Fireworks
+	`csk-[a-z0-9]{8,}`,          // Cerebras
+	`pcsk_[a-z0-9]{8,}`,         // Pinecone
+	`(dop|doo|dor)_v1_`,         // DigitalOcean
+	`npm_[a-z0-9]{8,}`, `pypi-`, // package registries
+	`shp(at|ss|ca|pa)_`,           // Shopify
+	`sg\.[a-z0-9_-]{8,}`,          // SendGrid
+	`(key|token|secret|sig|pwd)=`, // query strings, connection strings, SAS
+}
+
+// markerShapes are markers of tokens that match the lower-cased label
+// anywhere.
+var markerShapes = []string{
+	`whsec_`,            // Stripe webhook secrets
+	`github_pat_`,       // GitHub fine-grained tokens
+	`glpat-`,            // GitLab
+	`ya29\.`, `gocspx-`, // Google OAuth access tokens, client secrets
 	`[0-9]q~[a-z0-9_.~-]{8,}`,             // Azure AD (Entra) client secrets
 	`eyj[a-z0-9_-]{4,}\.[a-z0-9_-]{4,}\.`, // JWTs
-	`bearer\s`, `basic\s`, `-----begin`,   // Authorization values, PEM
-	`api[_-]?key`, `access[_-]?token`, `client[_-]?secret`, `secret[_-]?key`,
-	`accountkey`, `defaultendpointsprotocol=`, `sharedaccess(key|signature)`, `passw(or)?d`,
+	`-----begin`,                          // PEM
+	`defaultendpointsprotocol=`, `sharedaccess(key|signature)`,
 	`hooks\.slack\.com/services/`, `discord(app)?\.com/api/webhooks/`, // webhook URLs are credentials
-	wordStart + `(key|token|secret|sig|pwd)=`, // query strings, connection strings, SAS
-	`(^|\s)[^\s:/@]+:[^\s/@]+@[^\s]`,          // user:password@host
-}, "|"))
+}
+
+// wordShapes are words and syntax that name a credential; they match the
+// lower-cased label as written (spaces kept: "api key" is a fine word in a
+// label, "api_key" is a parameter).
+var wordShapes = []string{
+	`bearer\s`, `basic\s`, // Authorization values
+	`api[_-]?key`, `access[_-]?token`, `client[_-]?secret`, `secret[_-]?key`,
+	`accountkey`, `passw(or)?d`,
+	`(^|\s)[^\s:/@]+:[^\s/@]+@[^\s]`, // user:password@host
+}
+
+// lowerShapes match the lower-cased label: all the shapes above.
+var lowerShapes = regexp.MustCompile(wordStart + `(` + strings.Join(prefixShapes, "|") + `)|` +
+	strings.Join(markerShapes, "|") + "|" + strings.Join(wordShapes, "|"))
+
+// awsKeyID is an AWS access key id, matched as written.
+const awsKeyID = `(AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)[A-Z0-9]{12,}`
 
 // caseShapes match the label as written: AWS access key ids.
-var caseShapes = regexp.MustCompile(`(^|[^A-Za-z0-9])(AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|AROA|APKA|ASCA)[A-Z0-9]{12,}`)
+var caseShapes = regexp.MustCompile(`(^|[^A-Za-z0-9])` + awsKeyID)
+
+// Shapes of the squeezed label (see squeeze), at a word start of the
+// normalised one: a key spaced out ("s k-proj abcd EFGH 1234") is whole
+// again there. Words are left out: squeezed, "api key" would be "apikey".
+var (
+	squeezedPrefix = regexp.MustCompile(`^(` + strings.Join(prefixShapes, "|") + `)`)
+	squeezedMarker = regexp.MustCompile(strings.Join(markerShapes, "|"))
+	squeezedAWS    = regexp.MustCompile(`^` + awsKeyID)
+	// hexKey is 32 or more hex digits with letters and digits both: an
+	// Azure OpenAI key, also spaced out in groups.
+	hexKey = regexp.MustCompile(`[0-9a-f]{32,}`)
+)
 
 // base64Run is a run of base64 characters long enough to hold an AWS
 // secret access key (40 characters, '/' and '+' included).
 var base64Run = regexp.MustCompile(`[A-Za-z0-9/+]{40,}`)
 
-// looksSecret screens a label: known shapes anywhere, then randomness in
-// whole whitespace-separated tokens (an AWS secret access key has '/' in
-// it, a base64 key '+' and '='), in their pieces and in their runs of
-// letters and digits.
+// normalise is what the screen reads of a label: its NFKC form (full-width
+// and other compatibility letters, digits and punctuation become ASCII:
+// "ｓｋ-ｐｒｏｊ" is "sk-proj") with every dash (Unicode Pd, and the minus
+// sign) a hyphen-minus. Case is kept: the AWS shapes and the randomness
+// checks read it.
+func normalise(l string) string {
+	n := norm.NFKC.String(l)
+	if !strings.ContainsFunc(n, isOtherDash) {
+		return n
+	}
+	return strings.Map(func(r rune) rune {
+		if isOtherDash(r) {
+			return '-'
+		}
+		return r
+	}, n)
+}
+
+func isOtherDash(r rune) bool { return r != '-' && (r == '\u2212' || unicode.Is(unicode.Pd, r)) }
+
+// squeeze removes the whitespace of s and collapses every run of
+// separators ('-', '_', '.', with or without whitespace between them) to
+// its first: "s k - - proj  abcd" is "sk-projabcd".
+func squeeze(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	sep := false // the last byte written is a separator
+	for _, r := range s {
+		switch {
+		case unicode.IsSpace(r):
+			continue
+		case r == '-' || r == '_' || r == '.':
+			if sep {
+				continue
+			}
+			sep = true
+		default:
+			sep = false
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// looksSecret screens a label, after normalise: known shapes anywhere, then
+// randomness in whole whitespace-separated tokens (an AWS secret access key
+// has '/' in it, a base64 key '+' and '='), in their pieces and in their
+// runs of letters and digits; then the key shapes again with the label
+// squeezed from each word start, so a key spaced out or with doubled
+// separators is one again.
 func looksSecret(l string) bool {
-	if lowerShapes.MatchString(strings.ToLower(l)) || caseShapes.MatchString(l) {
+	l = normalise(l)
+	low := strings.ToLower(l)
+	if lowerShapes.MatchString(low) || caseShapes.MatchString(l) {
 		return true
 	}
 	if strings.Contains(l, "://") && strings.Contains(l, "@") {
@@ -149,6 +232,31 @@ func looksSecret(l string) bool {
 			if len(run) >= 32 && distinct(run) >= 8 {
 				return true // no word is that long
 			}
+		}
+	}
+	return squeezedSecret(l)
+}
+
+// squeezedSecret reports whether the normalised label l holds a key shape
+// once squeezed: a prefix shape or an AWS key id squeezed from a word start
+// of l, a marker anywhere, or a hex key.
+func squeezedSecret(l string) bool {
+	sq := strings.ToLower(squeeze(l))
+	if squeezedMarker.MatchString(sq) {
+		return true
+	}
+	for _, h := range hexKey.FindAllString(sq, -1) {
+		if strings.ContainsAny(h, "0123456789") && strings.ContainsAny(h, "abcdef") {
+			return true
+		}
+	}
+	for i := range len(l) {
+		if i > 0 && isAlnum(rune(l[i-1])) || !isAlnum(rune(l[i])) {
+			continue // not a word start, or not a letter or digit
+		}
+		rest := squeeze(l[i:])
+		if squeezedAWS.MatchString(rest) || squeezedPrefix.MatchString(strings.ToLower(rest)) {
+			return true
 		}
 	}
 	return false

@@ -1,7 +1,10 @@
 package server
 
 import (
+	"encoding/json"
+	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/text/unicode/norm"
 )
 
 var humanLabels = []struct {
@@ -225,6 +229,114 @@ func FuzzCheckLabel(f *testing.F) {
 		}
 		if strings.Contains(label, "://") && strings.Contains(label, "@") {
 			t.Fatalf("accepted URL credentials in %q", label)
+		}
+	})
+}
+
+// labelFixture is testdata/labels.json at the repository root: the screen's
+// rule on obfuscated keys (its comment says it), specified once.
+type labelFixture struct {
+	Refuse []struct{ Name, Label string } `json:"refuse"`
+	Accept []struct{ Name, Label string } `json:"accept"`
+}
+
+func loadLabelFixture(tb testing.TB) labelFixture {
+	tb.Helper()
+	raw, err := os.ReadFile("../../testdata/labels.json")
+	require.NoError(tb, err)
+	var fx labelFixture
+	require.NoError(tb, json.Unmarshal(raw, &fx))
+	require.NotEmpty(tb, fx.Refuse)
+	require.NotEmpty(tb, fx.Accept)
+	return fx
+}
+
+// TestLabelFixture: obfuscated keys of the major providers (full-width,
+// spaced out, other dashes, doubled separators) are refused with the
+// secret-label message, which never quotes them; clean labels, model names
+// first, pass.
+func TestLabelFixture(t *testing.T) {
+	t.Parallel()
+	fx := loadLabelFixture(t)
+	for _, tt := range fx.Refuse {
+		t.Run("refuse/"+tt.Name, func(t *testing.T) {
+			t.Parallel()
+			require.LessOrEqual(t, len(tt.Label), MaxLabelLen, "the length cap must not be what refuses it")
+			err := screenLabel(tt.Label)
+			require.ErrorIs(t, err, errSecretLabel)
+			assert.NotContains(t, err.Error(), tt.Label)
+			// The fuzz target's oracle states the providers' key shapes
+			// independently: it must see these too.
+			if slices.ContainsFunc(oracleProviders, func(p string) bool { return strings.HasPrefix(tt.Name, p) }) {
+				assert.True(t, oracleKeyShape(tt.Label), "the fuzz oracle sees no key shape")
+			}
+		})
+	}
+	for _, tt := range fx.Accept {
+		t.Run("accept/"+tt.Name, func(t *testing.T) {
+			t.Parallel()
+			assert.NoError(t, screenLabel(tt.Label))
+			assert.False(t, oracleKeyShape(tt.Label), "the fuzz oracle would demand a clean label be refused")
+		})
+	}
+}
+
+// oracleProviders name the fixture's cases whose shapes oracleKeyShape
+// states (a case's name starts with its provider).
+var oracleProviders = []string{"openai", "anthropic", "google", "aws access key id", "azure openai key, in groups",
+	"azure openai key, full-width", "groq", "hugging face", "xai", "github", "gitlab"}
+
+// An independent statement of the normalisation and of the key shapes of
+// the major providers, for FuzzLabelNormalised: NFKC, dashes to '-', and
+// from every word start, whitespace out and separator runs to their first.
+var (
+	oracleDash   = regexp.MustCompile(`[\p{Pd}\x{2212}]`)
+	oracleSpace  = regexp.MustCompile(`\s+`)
+	oracleSepRun = regexp.MustCompile(`([-_.])[-_.]+`)
+	oracleLower  = regexp.MustCompile(`^(sk-proj-|sk-ant-|sk-|aiza[0-9a-z_-]{8}|gsk_[a-z0-9]{8}|hf_[a-z0-9]{8}|xai-[a-z0-9]{8}|ghp_[a-z0-9]{4}|glpat-)`)
+	oracleCased  = regexp.MustCompile(`^(AKIA|ASIA)[A-Z0-9]{12}`)
+	oracleAzure  = regexp.MustCompile(`[0-9a-f]{32}`)
+)
+
+func oracleKeyShape(label string) bool {
+	n := oracleDash.ReplaceAllString(norm.NFKC.String(label), "-")
+	for i := 0; i < len(n); i++ {
+		wordStart := i == 0 || !isAlnum(rune(n[i-1]))
+		if !wordStart || !isAlnum(rune(n[i])) {
+			continue
+		}
+		sq := oracleSepRun.ReplaceAllString(oracleSpace.ReplaceAllString(n[i:], ""), "$1")
+		if oracleLower.MatchString(strings.ToLower(sq)) || oracleCased.MatchString(sq) {
+			return true
+		}
+	}
+	sq := strings.ToLower(oracleSepRun.ReplaceAllString(oracleSpace.ReplaceAllString(n, ""), "$1"))
+	for _, h := range oracleAzure.FindAllString(sq, -1) {
+		if strings.ContainsAny(h, "0123456789") && strings.ContainsAny(h, "abcdef") {
+			return true
+		}
+	}
+	return false
+}
+
+// FuzzLabelNormalised: whatever holds a key shape of a major provider once
+// normalised (oracleKeyShape) is refused, however it was written; the
+// screen never panics.
+func FuzzLabelNormalised(f *testing.F) {
+	fx := loadLabelFixture(f)
+	for _, tt := range fx.Refuse {
+		f.Add(tt.Label)
+	}
+	for _, tt := range fx.Accept {
+		f.Add(tt.Label)
+	}
+	for _, tt := range keyShapes {
+		f.Add(tt.key[:min(len(tt.key), MaxLabelLen)])
+	}
+	f.Fuzz(func(t *testing.T, label string) {
+		err := screenLabel(label)
+		if err == nil && oracleKeyShape(label) {
+			t.Fatalf("accepted %q, which holds a key shape once normalised", label)
 		}
 	})
 }
