@@ -40,6 +40,9 @@ var importRules = []struct {
 	{pkg: module + "/client", forbidden: []string{module + "/internal/store", module + "/internal/server", module + "/internal/dashboard", "github.com/redis/", "github.com/bsm/redislock"}},
 	{pkg: module + "/internal/server", forbidden: []string{"github.com/redis/", module + "/client"}},
 	{pkg: module + "/internal/dashboard", forbidden: []string{module + "/internal/server", module + "/internal/store", "github.com/redis/"}},
+	// proxy is a client of cooldownd: it applies the Go client's rules and
+	// none of the server's.
+	{pkg: module + "/internal/proxy", forbidden: []string{module + "/internal/server", module + "/internal/store", module + "/internal/dashboard", module + "/internal/breaker", module + "/api/", "github.com/redis/"}},
 	// Test helpers (redistest, logtest, proctest, …) never reach the
 	// client library: its tests use them, and must not test it through
 	// itself.
