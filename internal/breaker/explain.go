@@ -398,7 +398,7 @@ func (s *State) reasons(p Policy, e Explanation) []string {
 				parts = append(parts, num(r.Value)+" of "+num(r.Threshold)+" consecutive failures")
 			case r.Rule == RuleFailureRate && r.Value > 0:
 				parts = append(parts, "failure rate "+pct(r.Value)+" of "+num(r.Calls)+" calls over "+span(ms(p.Window))+
-					" (trips at "+pct(r.Threshold)+" once "+strconv.Itoa(r.MinCalls)+" calls)")
+					" (trips at "+pct(r.Threshold)+" of "+strconv.Itoa(r.MinCalls)+"+ calls)")
 			}
 		}
 		if len(parts) == 0 && s.Failures > 0 {

@@ -31,7 +31,7 @@ func (s adminService) ResetConnection(ctx context.Context, req *connect.Request[
 	}
 	s.metrics.transitionsOf(snap.Events)
 	s.audit(ctx, "connection reset", who, id, snap, slog.String("reason", req.Msg.GetReason()))
-	return connect.NewResponse(&cooldownv1.ResetConnectionResponse{Connection: stateProto(snap, s.policyFor(snap.Tenant, snap.Label), false)}), nil
+	return connect.NewResponse(&cooldownv1.ResetConnectionResponse{Connection: stateProto(snap, s.policyFor(snap.Tenant, snap.Label), false, nil)}), nil
 }
 
 func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[cooldownv1.ForceConnectionRequest]) (*connect.Response[cooldownv1.ForceConnectionResponse], error) {
@@ -80,7 +80,9 @@ func (s adminService) ForceConnection(ctx context.Context, req *connect.Request[
 		until = ""
 	}
 	s.audit(ctx, action, who, id, snap, slog.String("override", o.String()), slog.String("duration", until), slog.String("reason", m.GetReason()))
-	return connect.NewResponse(&cooldownv1.ForceConnectionResponse{Connection: stateProto(snap, s.policyFor(snap.Tenant, snap.Label), false)}), nil
+	// The override is this call's: its operator and reason need no read.
+	forced := []breaker.Event{{Cause: breaker.CauseForced, Revision: snap.State.Revision, Actor: who.Name, Reason: m.GetReason()}}
+	return connect.NewResponse(&cooldownv1.ForceConnectionResponse{Connection: stateProto(snap, s.policyFor(snap.Tenant, snap.Label), false, forced)}), nil
 }
 
 // audit logs one override: what, who, on which connection (its short id,

@@ -28,9 +28,11 @@ func dur(ms int64) *durationpb.Duration {
 }
 
 // stateProto is a connection's wire state under its policy p (for the
-// shadow mark and the fleet counts, which are read through it);
-// withTenant names its tenant (for callers that may see several).
-func stateProto(s store.Snapshot, p breaker.Policy, withTenant bool) *cooldownv1.ConnectionState {
+// shadow mark, the fleet counts and the explanation, which are read
+// through it); withTenant names its tenant (for callers that may see
+// several); recent are its latest transitions, newest first, for the
+// explanation (nil when not read: see needsHistory).
+func stateProto(s store.Snapshot, p breaker.Policy, withTenant bool, recent []breaker.Event) *cooldownv1.ConnectionState {
 	st := s.State
 	now := s.Now.UnixMilli()
 	phase := st.Phase
@@ -56,6 +58,7 @@ func stateProto(s store.Snapshot, p breaker.Policy, withTenant bool) *cooldownv1
 		UpdatedAt:           ts(st.UpdatedAt),
 		Shadow:              p.Shadow,
 		Fleet:               fleetProto(st.FleetCounts(p, now)),
+		Explanation:         explanationProto(st.Explain(p, now, recent)),
 	}
 	if withTenant {
 		out.Tenant = s.Tenant

@@ -96,17 +96,19 @@ func (s cooldownService) GetConnection(ctx context.Context, req *connect.Request
 	if req.Msg.GetHistoryLimit() > MaxHistoryLimit {
 		return nil, errInvalid("history_limit", "must be at most %d", MaxHistoryLimit)
 	}
-	snap, hist, err := s.store.Get(ctx, sc.tenant, id, int(req.Msg.GetHistoryLimit()))
+	// One read serves the history asked for and the explanation's.
+	limit := int(req.Msg.GetHistoryLimit())
+	snap, hist, err := s.store.Get(ctx, sc.tenant, id, max(limit, explainHistory))
 	if err != nil {
 		return nil, s.storeError(ctx, "get", err)
 	}
 	p := s.policyFor(sc.tenant, snap.Label)
 	out := &cooldownv1.GetConnectionResponse{
-		Connection: stateProto(snap, p, who.AllTenants()),
+		Connection: stateProto(snap, p, who.AllTenants(), events(hist)),
 		Policy:     policyProto(p),
 		Found:      snap.Exists,
 	}
-	for _, t := range hist {
+	for _, t := range hist[:min(limit, len(hist))] {
 		out.History = append(out.History, transitionProto(t, snap.Label, p.Shadow))
 	}
 	return connect.NewResponse(out), nil
@@ -134,8 +136,9 @@ func (s cooldownService) ListConnections(ctx context.Context, req *connect.Reque
 		return nil, s.storeError(ctx, "list", err)
 	}
 	out := &cooldownv1.ListConnectionsResponse{NextPageToken: next.String(sc)}
+	x := s.explainer(maxExplainReads)
 	for _, sn := range snaps {
-		out.Connections = append(out.Connections, stateProto(sn, s.policyFor(sn.Tenant, sn.Label), who.AllTenants()))
+		out.Connections = append(out.Connections, x.state(ctx, sn, s.policyFor(sn.Tenant, sn.Label), who.AllTenants()))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -245,14 +248,15 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 			return s.storeError(ctx, "watch", err)
 		}
 	}
-	send := func(sn store.Snapshot, snapshot bool) error {
+	send := func(x *explainer, sn store.Snapshot, snapshot bool) error {
 		return stream.Send(&cooldownv1.WatchConnectionsResponse{
-			Connection: stateProto(sn, s.policyFor(sn.Tenant, sn.Label), who.AllTenants()), Snapshot: snapshot,
+			Connection: x.state(ctx, sn, s.policyFor(sn.Tenant, sn.Label), who.AllTenants()), Snapshot: snapshot,
 		})
 	}
 	if req.Msg.GetSnapshot() {
 		for _, t := range tenants {
-			if err := s.eachConnection(ctx, t, func(sn store.Snapshot) error { return send(sn, true) }); err != nil {
+			x := s.explainer(maxExplainReads)
+			if err := s.eachConnection(ctx, t, func(sn store.Snapshot) error { return send(x, sn, true) }); err != nil {
 				return err
 			}
 		}
@@ -281,7 +285,8 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 					return s.storeError(ctx, "watch", err)
 				}
 				for _, t := range fresh {
-					if err := s.eachConnection(ctx, t, func(sn store.Snapshot) error { return send(sn, false) }); err != nil {
+					x := s.explainer(maxExplainReads)
+					if err := s.eachConnection(ctx, t, func(sn store.Snapshot) error { return send(x, sn, false) }); err != nil {
 						return err
 					}
 				}
@@ -309,7 +314,7 @@ func (s cooldownService) WatchConnections(ctx context.Context, req *connect.Requ
 			}
 			p := s.policyFor(snap.Tenant, snap.Label)
 			if err := stream.Send(&cooldownv1.WatchConnectionsResponse{
-				Connection: stateProto(*snap, p, who.AllTenants()), Transition: transitionProto(t, snap.Label, p.Shadow),
+				Connection: s.explainer(0).state(ctx, *snap, p, who.AllTenants()), Transition: transitionProto(t, snap.Label, p.Shadow),
 			}); err != nil {
 				return err
 			}

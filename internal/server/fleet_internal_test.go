@@ -200,7 +200,7 @@ func TestStateProtoFleet(t *testing.T) {
 		Reporters: []breaker.Reporter{{ID: "old", At: now - 20_000}, {ID: "a", At: now - 3_000}, {ID: "b", At: now - 1}}}
 	snap := store.Snapshot{Tenant: "t", State: st, Now: time.UnixMilli(now), Exists: true}
 
-	got := stateProto(snap, p, false)
+	got := stateProto(snap, p, false, nil)
 	assert.False(t, got.GetShadow())
 	f := got.GetFleet()
 	require.NotNil(t, f)
@@ -215,10 +215,10 @@ func TestStateProtoFleet(t *testing.T) {
 	assert.Equal(t, uint32(2), f.GetFailureReporters(), "the reporter outside the window is not counted")
 
 	p.Shadow = true
-	assert.True(t, stateProto(snap, p, false).GetShadow())
+	assert.True(t, stateProto(snap, p, false, nil).GetShadow())
 
 	// A connection never seen: zero counts, but the message is there.
-	empty := stateProto(store.Snapshot{Now: time.UnixMilli(now)}, breaker.DefaultPolicy(), false)
+	empty := stateProto(store.Snapshot{Now: time.UnixMilli(now)}, breaker.DefaultPolicy(), false, nil)
 	require.NotNil(t, empty.GetFleet())
 	assert.Zero(t, empty.GetFleet().GetRequests())
 	assert.Zero(t, empty.GetFleet().GetThrottleProbability())
