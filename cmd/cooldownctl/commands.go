@@ -77,15 +77,16 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 	if tenants {
 		fmt.Fprint(tw, "TENANT\t")
 	}
-	fmt.Fprintln(tw, "ID\tLABEL\tSTATE\tCAUSE\tLEFT\tPROBES\tOK/FAIL\tLAST\tREV\tCHANGED")
+	fmt.Fprintln(tw, "ID\tLABEL\tSTATE\tCAUSE\tLEFT\tPROBES\tOK/FAIL\tLAST\tREV\tCHANGED\tWHY")
 	now := time.Now()
 	for _, c := range conns {
 		if tenants {
 			fmt.Fprintf(tw, "%s\t", c.GetTenant())
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%s\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%d\t%s\t%s\n",
 			shortID(c.GetConnection().GetId()), orDash(c.GetConnection().GetLabel()), stateText(c), openCause(c), left(c, now),
-			probes(c, now), c.GetRecentSuccesses(), c.GetRecentFailures(), lastReport(c), c.GetRevision(), ago(c.GetChangedAt(), now))
+			probes(c, now), c.GetRecentSuccesses(), c.GetRecentFailures(), lastReport(c), c.GetRevision(), ago(c.GetChangedAt(), now),
+			orDash(strings.Join(c.GetExplanation().GetReasons(), "; ")))
 	}
 	return tw.Flush()
 }
@@ -436,19 +437,15 @@ func parseFullID(s string) ([]byte, bool) {
 	return nil, false
 }
 
-// severity ranks a connection for list: open first (longest left first),
-// then half-open, then closed ones with recent failures or a throttle
-// rejecting calls, then the rest.
-func severity(c *cooldownv1.ConnectionState) int {
-	switch {
-	case c.GetState() == cooldownv1.State_STATE_OPEN:
-		return 0
-	case c.GetState() == cooldownv1.State_STATE_HALF_OPEN:
-		return 1
-	case c.GetRecentFailures() > 0 || c.GetConsecutiveFailures() > 0 || c.GetFleet().GetThrottleProbability() > 0:
-		return 2
+// severity ranks a connection for list: the server's rank
+// (Explanation.severity: open ones first, forced open among them, then
+// half-open, forced closed, denied by a fleet rule, failing, healthy); a
+// state without an explanation (an older server) last.
+func severity(c *cooldownv1.ConnectionState) uint32 {
+	if x := c.GetExplanation(); x != nil {
+		return x.GetSeverity()
 	}
-	return 3
+	return math.MaxUint32
 }
 
 // sortBySeverity orders conns by severity, then time left (longest
@@ -511,6 +508,13 @@ func (e *env) printState(c *cooldownv1.ConnectionState, p *cooldownv1.Policy) {
 		}
 	}
 	row("State", st)
+	for i, why := range c.GetExplanation().GetReasons() {
+		k := ""
+		if i == 0 {
+			k = "Why"
+		}
+		row(k, why)
+	}
 	if c.GetShadow() {
 		row("Shadow", shadowText(c))
 	}
@@ -570,8 +574,9 @@ func shadowText(c *cooldownv1.ConnectionState) string {
 func reasonText(r cooldownv1.DenyReason) string { return enumText(r.String(), "DENY_REASON_") }
 
 // fleetRows are the fleet counts of c (ConnectionState.fleet) as rows,
-// none when every count is zero; with its policy p they say which fleet
-// rule denies calls now, and why.
+// none when every count is zero, with what the server's explanation says
+// of each fleet rule (the throttle, the retry budget, the trip quorum);
+// its policy p names the window.
 func fleetRows(c *cooldownv1.ConnectionState, p *cooldownv1.Policy) [][2]string {
 	f := c.GetFleet()
 	if f.GetFirstAttempts() == 0 && f.GetRetries() == 0 && f.GetRequests() == 0 && f.GetAccepts() == 0 &&
@@ -588,28 +593,26 @@ func fleetRows(c *cooldownv1.ConnectionState, p *cooldownv1.Policy) [][2]string 
 	}
 	rows := [][2]string{{"Fleet" + over, fmt.Sprintf("%s first attempts, %s retries, %s requests, %s accepts",
 		count(f.GetFirstAttempts()), count(f.GetRetries()), count(f.GetRequests()), count(f.GetAccepts()))}}
-	if pr := f.GetThrottleProbability(); pr > 0 {
-		closed := c.GetOverride() == cooldownv1.Override_OVERRIDE_UNSPECIFIED &&
-			(c.GetState() == cooldownv1.State_STATE_CLOSED || c.GetState() == cooldownv1.State_STATE_UNSPECIFIED)
+	x := c.GetExplanation()
+	if pr := x.GetThrottleProbability(); pr > 0 {
 		v := fmt.Sprintf("%s of calls%s (%s)", percent(pr), enforced, reasonText(cooldownv1.DenyReason_DENY_REASON_THROTTLED))
-		if !closed {
+		if !x.GetThrottling() {
 			v = fmt.Sprintf("%s of calls once closed (%s; the throttle applies only while closed)", percent(pr), reasonText(cooldownv1.DenyReason_DENY_REASON_THROTTLED))
 		}
 		rows = append(rows, [2]string{"Throttle", v})
 	}
-	if b := p.GetRetryBudget(); b > 0 && p.GetFleetWindow() != nil {
-		allowed := max(float64(p.GetRetryBudgetMin())*p.GetFleetWindow().AsDuration().Seconds(), b*f.GetFirstAttempts())
-		v := fmt.Sprintf("%s of %s retries used", count(f.GetRetries()), count(allowed))
-		if f.GetRetries()+1 > allowed {
+	if b := x.GetRetryBudget(); b != nil {
+		v := fmt.Sprintf("%s of %s retries used, %d left", count(b.GetRetries()), count(b.GetAllowed()), b.GetRetriesLeft())
+		if b.GetRetriesLeft() == 0 {
 			v = fmt.Sprintf("spent (%s of %s retries): further retries%s (%s) and should fall back",
-				count(f.GetRetries()), count(allowed), enforced, reasonText(cooldownv1.DenyReason_DENY_REASON_RETRY_BUDGET))
+				count(b.GetRetries()), count(b.GetAllowed()), enforced, reasonText(cooldownv1.DenyReason_DENY_REASON_RETRY_BUDGET))
 		}
 		rows = append(rows, [2]string{"Retry budget", v})
 	}
-	if n := f.GetFailureReporters(); n > 0 || p.GetTripQuorum() > 1 {
+	if n, q := f.GetFailureReporters(), x.GetQuorumNeeded(); n > 0 || q > 0 {
 		v := fmt.Sprint(n)
-		if q := p.GetTripQuorum(); q > 1 {
-			v = fmt.Sprintf("%d of the %d that transient failures need to trip (trip quorum)", n, q)
+		if q > 0 {
+			v = fmt.Sprintf("%d of the %d that transient failures need to trip (trip quorum)", x.GetQuorumReporters(), q)
 		}
 		rows = append(rows, [2]string{"Failure reporters", v})
 	}

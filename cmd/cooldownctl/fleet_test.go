@@ -120,6 +120,10 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 			case bytes.Equal(id, fleet):
 				c.Fleet = &cooldownv1.FleetCounts{FirstAttempts: 120, Retries: 25, Requests: 140.25, Accepts: 30,
 					ThrottleProbability: 0.3521, FailureReporters: 1}
+				// What the server explains of those counts under the policy below.
+				c.Explanation = &cooldownv1.Explanation{Severity: 30, ThrottleProbability: 0.3521, Throttling: true,
+					RetryBudget: &cooldownv1.RetryBudget{Retries: 25, Allowed: 24}, QuorumReporters: 1, QuorumNeeded: 2,
+					Reasons: []string{"throttling 35.2% of calls (throttled)", "retry budget spent (25 of 24 retries over 30s): retries are denied (retry_budget)"}}
 			case bytes.Equal(id, quiet):
 				c.Fleet = &cooldownv1.FleetCounts{} // as with every fleet rule off: no counts kept
 			}
@@ -160,7 +164,7 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 	for _, want := range []string{
 		`\nFleet over 30s\s+120 first attempts, 25 retries, 140.3 requests, 30 accepts\n`,
 		`\nThrottle\s+35.2% of calls are denied \(throttled\)\n`,
-		// max(0/s × 30 s, 20 % × 120) = 24 retries allowed; the next is the 26th.
+		`\nWhy\s+throttling 35.2% of calls \(throttled\)\n\s+retry budget spent \(25 of 24 retries over 30s\): retries are denied \(retry_budget\)\n`,
 		`\nRetry budget\s+spent \(25 of 24 retries\): further retries are denied \(retry_budget\) and should fall back\n`,
 		`\nFailure reporters\s+1 of the 2 that transient failures need to trip \(trip quorum\)\n`,
 		`\nRetry budget\s+20% of the fleet's first attempts over the fleet window\n`,
@@ -180,7 +184,7 @@ func TestFleetRulesInTheConnectionView(t *testing.T) {
 	r = s.ctl(t, viewer(), "get", hex.EncodeToString(plain))
 	require.NoError(t, r.err, r.stderr)
 	assert.Regexp(t, `\nFleet over 30s\s+(1|0\.\d) first attempts, 0 retries, 0 requests, 0 accepts\n`, r.stdout)
-	assert.Regexp(t, `\nRetry budget\s+0 of 90 retries used\n`, r.stdout)
+	assert.Regexp(t, `\nRetry budget\s+0 of 90 retries used, 90 left\n`, r.stdout)
 	assert.Regexp(t, `\nRetry budget\s+20% of the fleet's first attempts over the fleet window\n`, r.stdout)
 	assert.NotContains(t, r.stdout, "[shadow]")
 
@@ -198,37 +202,44 @@ func TestFleetRows(t *testing.T) {
 	t.Parallel()
 	window := durationpb.New(10 * time.Second)
 	budget := &cooldownv1.Policy{RetryBudget: 0.5, RetryBudgetMin: 3, FleetWindow: window}
+	left := func(retries, allowed float64, n uint32) *cooldownv1.Explanation {
+		return &cooldownv1.Explanation{RetryBudget: &cooldownv1.RetryBudget{Retries: retries, Allowed: allowed, RetriesLeft: n}}
+	}
+	throttle := func(p float64, applies bool) *cooldownv1.Explanation {
+		return &cooldownv1.Explanation{ThrottleProbability: p, Throttling: applies}
+	}
 	for _, tc := range []struct {
 		name  string
 		state *cooldownv1.ConnectionState
 		p     *cooldownv1.Policy
 		want  []string // rows as "name: value"
 	}{
-		{"no counts", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{}}, budget, nil},
+		{"no counts", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{}, Explanation: left(0, 30, 30)}, budget, nil},
 		{"no fleet message", &cooldownv1.ConnectionState{}, nil, nil},
-		{"within the minimum", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FirstAttempts: 10, Retries: 12}}, budget,
-			[]string{"Fleet over 10s: 10 first attempts, 12 retries, 0 requests, 0 accepts", "Retry budget: 12 of 30 retries used"}},
-		{"over the ratio", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FirstAttempts: 100, Retries: 49.5}}, budget,
+		{"within the budget", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FirstAttempts: 10, Retries: 12}, Explanation: left(12, 30, 18)}, budget,
+			[]string{"Fleet over 10s: 10 first attempts, 12 retries, 0 requests, 0 accepts", "Retry budget: 12 of 30 retries used, 18 left"}},
+		{"spent", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FirstAttempts: 100, Retries: 49.5}, Explanation: left(49.5, 50, 0)}, budget,
 			[]string{"Fleet over 10s: 100 first attempts, 49.5 retries, 0 requests, 0 accepts",
 				"Retry budget: spent (49.5 of 50 retries): further retries are denied (retry_budget) and should fall back"}},
-		{"spent in shadow", &cooldownv1.ConnectionState{Shadow: true, Fleet: &cooldownv1.FleetCounts{Retries: 40}}, budget,
+		{"the server's word, not a formula", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FirstAttempts: 100, Retries: 1}, Explanation: left(1, 50, 0)}, budget,
+			[]string{"Fleet over 10s: 100 first attempts, 1 retries, 0 requests, 0 accepts",
+				"Retry budget: spent (1 of 50 retries): further retries are denied (retry_budget) and should fall back"}},
+		{"spent in shadow", &cooldownv1.ConnectionState{Shadow: true, Fleet: &cooldownv1.FleetCounts{Retries: 40}, Explanation: left(40, 30, 0)}, budget,
 			[]string{"Fleet over 10s: 0 first attempts, 40 retries, 0 requests, 0 accepts",
 				"Retry budget: spent (40 of 30 retries): further retries would be denied (shadow: not enforced) (retry_budget) and should fall back"}},
-		{"throttling while closed", &cooldownv1.ConnectionState{State: cooldownv1.State_STATE_CLOSED, Fleet: &cooldownv1.FleetCounts{Requests: 10, ThrottleProbability: 0.5}},
+		{"throttling", &cooldownv1.ConnectionState{State: cooldownv1.State_STATE_CLOSED, Fleet: &cooldownv1.FleetCounts{Requests: 10, ThrottleProbability: 0.5}, Explanation: throttle(0.5, true)},
 			&cooldownv1.Policy{ThrottleK: 2, FleetWindow: window},
 			[]string{"Fleet over 10s: 0 first attempts, 0 retries, 10 requests, 0 accepts", "Throttle: 50% of calls are denied (throttled)"}},
-		{"throttle of an open connection", &cooldownv1.ConnectionState{State: cooldownv1.State_STATE_OPEN, Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.25}}, nil,
+		{"a throttle that does not apply now", &cooldownv1.ConnectionState{State: cooldownv1.State_STATE_OPEN, Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.25}, Explanation: throttle(0.25, false)}, nil,
 			[]string{"Fleet: 0 first attempts, 0 retries, 0 requests, 0 accepts",
 				"Throttle: 25% of calls once closed (throttled; the throttle applies only while closed)"}},
-		{"throttle under an override", &cooldownv1.ConnectionState{Override: cooldownv1.Override_OVERRIDE_FORCED_CLOSED, Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.25}}, nil,
-			[]string{"Fleet: 0 first attempts, 0 retries, 0 requests, 0 accepts",
-				"Throttle: 25% of calls once closed (throttled; the throttle applies only while closed)"}},
-		{"throttling in shadow", &cooldownv1.ConnectionState{Shadow: true, Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.125}}, nil,
+		{"throttling in shadow", &cooldownv1.ConnectionState{Shadow: true, Fleet: &cooldownv1.FleetCounts{ThrottleProbability: 0.125}, Explanation: throttle(0.125, true)}, nil,
 			[]string{"Fleet: 0 first attempts, 0 retries, 0 requests, 0 accepts",
 				"Throttle: 12.5% of calls would be denied (shadow: not enforced) (throttled)"}},
 		{"reporters without a quorum", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FailureReporters: 3}}, nil,
 			[]string{"Fleet: 0 first attempts, 0 retries, 0 requests, 0 accepts", "Failure reporters: 3"}},
-		{"reporters toward a quorum", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FailureReporters: 1}}, &cooldownv1.Policy{TripQuorum: 3, FleetWindow: window},
+		{"reporters toward a quorum", &cooldownv1.ConnectionState{Fleet: &cooldownv1.FleetCounts{FailureReporters: 1},
+			Explanation: &cooldownv1.Explanation{QuorumReporters: 1, QuorumNeeded: 3}}, &cooldownv1.Policy{TripQuorum: 3, FleetWindow: window},
 			[]string{"Fleet over 10s: 0 first attempts, 0 retries, 0 requests, 0 accepts",
 				"Failure reporters: 1 of the 3 that transient failures need to trip (trip quorum)"}},
 	} {

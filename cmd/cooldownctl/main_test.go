@@ -114,10 +114,10 @@ func TestListAndGet(t *testing.T) {
 	require.NoError(t, r.err, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 	require.Len(t, lines, 3, r.stdout)
-	assert.Regexp(t, `^ID\s+LABEL\s+STATE\s+CAUSE\s+LEFT\s+PROBES\s+OK/FAIL\s+LAST\s+REV\s+CHANGED$`, lines[0])
+	assert.Regexp(t, `^ID\s+LABEL\s+STATE\s+CAUSE\s+LEFT\s+PROBES\s+OK/FAIL\s+LAST\s+REV\s+CHANGED\s+WHY$`, lines[0])
 	openLine := lineWith(t, r.stdout, hex.EncodeToString(open)[:8])
 	assert.Regexp(t, `openai gpt-4o …a1b2\s+open\s+rate_limit\s+(29|30)s\s+0\s+0/0\s+429 rate_limited\s+\d{13}\s+`, openLine) // a first revision is its time in ms
-	assert.Regexp(t, `anthropic claude\s+closed\s+-\s+-\s+0\s+1/0\s+200 success\s+0\s+-$`, lineWith(t, r.stdout, hex.EncodeToString(closed)[:8]))
+	assert.Regexp(t, `anthropic claude\s+closed\s+-\s+-\s+0\s+1/0\s+200 success\s+0\s+-\s+-$`, lineWith(t, r.stdout, hex.EncodeToString(closed)[:8]))
 
 	// --state filters; global flags work after the command too.
 	r = s.ctl(t, map[string]string{"COOLDOWNCTL_SERVER": "http://127.0.0.1:1"}, "list", "--state", "open", "--server", s.url, "--token-file", tokenFile(t, servertest.ViewerToken))
