@@ -80,7 +80,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		log = slog.Default()
 	}
 	log = log.With(slog.String("component", "cooldownd-client"))
-	var copts []connect.ClientOption
+	copts := []connect.ClientOption{connect.WithInterceptors(traceContext{})} // W3C traceparent (otel.go)
 	if cfg.token != "" {
 		copts = append(copts, connect.WithInterceptors(bearer(cfg.token)))
 	}
@@ -278,7 +278,11 @@ func (c *Client) Admit(ctx context.Context, cands ...Conn) (Admission, error) {
 // this by themselves; call AdmitAttempt when driving the protocol by hand
 // around retries of your own. A retry is never admitted from the mirror
 // (see [WithMirror]).
-func (c *Client) AdmitAttempt(ctx context.Context, at Attempt) (Admission, error) {
+func (c *Client) AdmitAttempt(ctx context.Context, at Attempt) (a Admission, err error) {
+	if ctx2, span := c.startAdmit(ctx, at); span != nil {
+		ctx = ctx2
+		defer func() { endAdmit(span, a, err) }()
+	}
 	cands := at.Candidates
 	if err := validConns(cands); err != nil {
 		return Admission{}, err

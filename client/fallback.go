@@ -28,7 +28,7 @@ import (
 // [ReasonThrottled]: that one is dropped and the rest admitted at once. call receives the chosen candidate and must build the request for
 // it. At most 16 candidates; retries are counted over all of them.
 func (c *Client) DoFallback(ctx context.Context, conns []Conn, call func(ctx context.Context, conn Conn) (*http.Response, error)) (*http.Response, error) {
-	return c.guard(ctx, conns, c.cfg.maxRetries, func(ctx context.Context, conn Conn, _ int) (*http.Response, error) {
+	return c.guard(ctx, "fallback", conns, c.cfg.maxRetries, func(ctx context.Context, conn Conn, _ int) (*http.Response, error) {
 		return call(ctx, conn)
 	})
 }

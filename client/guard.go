@@ -50,15 +50,27 @@ type attemptFunc func(ctx context.Context, conn Conn, n int) (*http.Response, er
 // build a fresh request on every attempt; it must not retry by itself (set
 // SDK retries to 0).
 func (c *Client) Do(ctx context.Context, conn Conn, call func(ctx context.Context) (*http.Response, error)) (*http.Response, error) {
-	return c.guard(ctx, []Conn{conn}, c.cfg.maxRetries, func(ctx context.Context, _ Conn, _ int) (*http.Response, error) {
+	return c.guard(ctx, "do", []Conn{conn}, c.cfg.maxRetries, func(ctx context.Context, _ Conn, _ int) (*http.Response, error) {
 		return call(ctx)
 	})
 }
 
 // guard runs admit → call → classify → report → the next step over the
-// candidates, in order of preference. It does the I/O and the bookkeeping;
+// candidates, in order of preference, in a span of its own when tracing
+// (kind: do, fallback or round_tripper; see otel.go).
+func (c *Client) guard(ctx context.Context, kind string, cands []Conn, maxRetries int, call attemptFunc) (*http.Response, error) {
+	ctx, span := c.startGuard(ctx, kind, cands)
+	if span == nil {
+		return c.guardLoop(ctx, cands, maxRetries, call)
+	}
+	resp, err := c.guardLoop(ctx, cands, maxRetries, call)
+	endGuard(span, err)
+	return resp, err
+}
+
+// guardLoop is [Client.guard]'s loop. It does the I/O and the bookkeeping;
 // what to do after a denial or a failed call is decided by [guardPolicy.next].
-func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call attemptFunc) (*http.Response, error) {
+func (c *Client) guardLoop(ctx context.Context, cands []Conn, maxRetries int, call attemptFunc) (*http.Response, error) {
 	if err := validConns(cands); err != nil {
 		return nil, err
 	}
@@ -92,6 +104,7 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 				continue
 			}
 			c.log.Debug("waiting for a denied connection", slog.Any("admission", adm), slog.Duration("wait", st.delay))
+			traceWait(ctx, st.delay, "denied:"+adm.Reason.String())
 			if c.sleep(ctx, st.delay) != nil {
 				return nil, ended(ctx, last, adm.Conn)
 			}
@@ -125,6 +138,7 @@ func (c *Client) guard(ctx context.Context, cands []Conn, maxRetries int, call a
 			c.log.Debug("retrying provider call", slog.Any("conn", adm.Conn), slog.Int("attempt", attempts),
 				slog.String("outcome", cl.Outcome.String()), slog.Int("http_status", cl.HTTPStatus),
 				slog.String("error_code", cl.ErrorCode), slog.Duration("delay", st.delay))
+			traceWait(ctx, st.delay, "retry:"+cl.Outcome.String())
 			if c.sleep(ctx, st.delay) != nil {
 				return nil, ended(ctx, last, adm.Conn)
 			}
@@ -160,6 +174,14 @@ func (c *Client) budgetAt(ctx context.Context, b budget, live []Conn) budget {
 // attempt makes one call and classifies it. A non-2xx response's body is
 // read (bounded) and put back, so that the caller can still read it.
 func (c *Client) attempt(ctx context.Context, adm Admission, n int, call attemptFunc) (*http.Response, Classification, error) {
+	ctx, span := c.startAttempt(ctx, adm, n)
+	resp, cl, err := c.attemptCall(ctx, adm, n, call)
+	endAttempt(span, cl)
+	return resp, cl, err
+}
+
+// attemptCall is [Client.attempt] in the attempt's span.
+func (c *Client) attemptCall(ctx context.Context, adm Admission, n int, call attemptFunc) (*http.Response, Classification, error) {
 	resp, err := call(context.WithValue(ctx, admissionKey{}, adm), adm.Conn, n)
 	if resp == nil && err == nil {
 		err = ErrNoResponse

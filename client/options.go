@@ -86,6 +86,7 @@ type config struct {
 	sleep         func(context.Context, time.Duration) error
 	mirror        time.Duration // batch interval; 0: no mirror
 	reporter      string        // "": a random one at New
+	tracing       *tracing      // nil: the global TracerProvider, once set (otel.go)
 }
 
 func defaultConfig() config {

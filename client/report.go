@@ -40,6 +40,10 @@ func (c *Client) Report(ctx context.Context, a Admission, cl Classification) err
 
 // report sends a report and says whether the connection is open after it.
 func (c *Client) report(ctx context.Context, a Admission, cl Classification) (open bool, err error) {
+	if ctx2, span := c.startReport(ctx, a, cl); span != nil {
+		ctx = ctx2
+		defer func() { endReport(span, open, err) }()
+	}
 	if a.Conn.IsZero() {
 		return false, fmt.Errorf("client: report: %w: zero Conn", ErrInvalidConn)
 	}

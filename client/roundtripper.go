@@ -59,7 +59,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if hasBody && req.GetBody == nil {
 		retries = 0
 	}
-	resp, err := t.c.guard(req.Context(), []Conn{conn}, retries, func(ctx context.Context, _ Conn, _ int) (*http.Response, error) {
+	resp, err := t.c.guard(req.Context(), "round_tripper", []Conn{conn}, retries, func(ctx context.Context, _ Conn, _ int) (*http.Response, error) {
 		r := req
 		if sent {
 			r = req.Clone(ctx)

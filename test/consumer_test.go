@@ -36,6 +36,25 @@ var consumerModules = []string{
 	"go.uber.org/goleak",          // the client's tests
 	"go.yaml.in/yaml/v3",          // testify's
 	"google.golang.org/protobuf",
+	// The OpenTelemetry API the client's spans use (client/otel.go;
+	// decision 0045): otel and otel/trace, never the SDK. The rest is
+	// their own graph: otel/metric, auto/sdk, logr, stdr and xxhash are
+	// built in (otel's global provider and attributes), otel/log and the
+	// test modules of older testify versions are only listed.
+	"go.opentelemetry.io/otel",
+	"go.opentelemetry.io/otel/trace",
+	"go.opentelemetry.io/otel/metric",
+	"go.opentelemetry.io/otel/log",
+	"go.opentelemetry.io/auto/sdk",
+	"github.com/go-logr/logr",
+	"github.com/go-logr/stdr",
+	"github.com/cespare/xxhash/v2",
+	"github.com/davecgh/go-spew",
+	"github.com/pmezard/go-difflib",
+	"github.com/kr/pretty",
+	"github.com/rogpeppe/go-internal",
+	"gopkg.in/check.v1",
+	"gopkg.in/yaml.v3",
 }
 
 // repoRoot is the checkout this test runs in.

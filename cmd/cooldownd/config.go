@@ -43,6 +43,7 @@ type config struct {
 	metricsAddr      string
 	metricsTokenFile string
 	corsOrigins      string
+	otel             otelConfig
 	version          bool
 	// policyEnv and policyFlags are the knobs set by a COOLDOWND_*
 	// variable and by a flag, so that an error names what was written.
@@ -96,6 +97,10 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own instead of --addr (for example :9090, reachable by Prometheus only)")
 	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the bearer token /metrics requires (it lists tenant names); empty: /metrics is open")
 	fs.StringVar(&c.corsOrigins, "cors-origins", "", "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com, or * for any); empty: no CORS")
+	fs.StringVar(&c.otel.endpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector (http://otel-collector:4318); empty: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT when set, else tracing is off (docs/observability.md)")
+	fs.StringVar(&c.otel.service, "otel-service-name", "", "the traces' service.name (empty: OTEL_SERVICE_NAME, else cooldownd)")
+	fs.StringVar(&c.otel.sampler, "otel-traces-sampler", "", "trace sampler, as OTEL_TRACES_SAMPLER (empty: that variable, else parentbased_always_on: a traced caller's choice is kept)")
+	fs.StringVar(&c.otel.samplerArg, "otel-traces-sampler-arg", "", "the sampler's ratio for *traceidratio, as OTEL_TRACES_SAMPLER_ARG")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	for _, k := range breaker.Knobs() {
 		fs.Var(&knobFlag{k: k, p: &c.policy}, k.Name, k.Doc)
@@ -141,7 +146,10 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	if c.version {
 		return c, nil
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	return c, c.otel.validate(env)
 }
 
 // knobFlag is the flag (and so the COOLDOWND_* variable) of a policy knob.

@@ -26,9 +26,9 @@ func newLogger(cfg config, w io.Writer) *slog.Logger {
 	_ = level.UnmarshalText([]byte(cfg.logLevel))
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAttr}
 	if cfg.logFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(traceHandler{slog.NewJSONHandler(w, opts)})
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(traceHandler{slog.NewTextHandler(w, opts)})
 }
 
 func durationAttr(_ []string, a slog.Attr) slog.Attr {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 
 	"github.com/cooldownd/cooldownd/cmd/internal/buildinfo"
 	"github.com/cooldownd/cooldownd/internal/breaker"
@@ -121,6 +122,24 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 	if err != nil {
 		return err
 	}
+	tp, stopTracing, err := startTracing(ctx, cfg.otel, env, build)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), tracingShutdownTimeout)
+		defer cancel()
+		_ = stopTracing(sctx) // flushes the last spans
+	}()
+	if tp != nil {
+		if err := traceRedis(ctx, rdb, tp); err != nil {
+			return err
+		}
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			log.Warn("tracing: "+err.Error(), "component", "otel")
+		}))
+		log.Info("tracing on: spans are exported over OTLP/HTTP", "endpoint_flag", cfg.otel.endpoint != "")
+	}
 	st, err := store.New(rdb, sopts)
 	if err != nil {
 		return err
@@ -131,6 +150,9 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 		CORSOrigins: splitList(cfg.corsOrigins), Version: build.Version, Revision: build.Revision}
 	if authn != nil {
 		opts.Auth = authn
+	}
+	if tp != nil {
+		opts.TracerProvider = tp
 	}
 	srv, err := server.New(opts)
 	if err != nil {

@@ -177,7 +177,9 @@ func (s *Server) MetricsHandler() http.Handler {
 		m.reg.MustRegister(newConnCollector(s))
 	}
 	m.mu.Unlock()
-	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	// OpenMetrics when the scraper asks for it: the latency histograms'
+	// exemplars (trace ids) travel only in that format.
+	h := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{EnableOpenMetrics: true})
 	if s.metricsTo == "" {
 		return h
 	}
@@ -254,7 +256,7 @@ func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		res, err := next(ctx, req)
 		code := codeOf(err)
 		took := i.s.now().Sub(start)
-		m.rpc.WithLabelValues(req.Spec().Procedure, code).Observe(took.Seconds())
+		observe(ctx, m.rpc.WithLabelValues(req.Spec().Procedure, code), took.Seconds())
 		i.s.accessLog(ctx, req.Spec().Procedure, code, took, ci, req.Any())
 		if err == nil && res != nil {
 			m.count(req.Any(), res.Any())

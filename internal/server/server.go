@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/breaker"
@@ -60,6 +61,11 @@ type Options struct {
 	CORSOrigins []string
 	// Version and Revision are the build's, for cooldownd_build_info.
 	Version, Revision string
+	// TracerProvider, when set, traces every unary RPC: the caller's W3C
+	// traceparent is continued, and the server span carries what decided
+	// the call (internal/server/otel.go, docs/observability.md). Nil: no
+	// spans, no cost.
+	TracerProvider trace.TracerProvider
 	// Now, for tests only, replaces the wall clock of log rate limiting
 	// and of the access log's durations.
 	Now func() time.Time
@@ -82,6 +88,7 @@ type Server struct {
 	metricsNo bool
 	cors      []string
 	now       func() time.Time
+	tp        trace.TracerProvider
 	closing   chan struct{}
 	closeOnce sync.Once
 	watchMu   sync.Mutex
@@ -94,7 +101,7 @@ func New(o Options) (*Server, error) {
 		return nil, errors.New("server: a store is required")
 	}
 	s := &Server{store: o.Store, log: o.Logger, auth: o.Auth, heartbeat: o.Heartbeat, closing: make(chan struct{}),
-		policyFor: o.PolicyFor, metricsTo: o.MetricsToken, metricsNo: o.MetricsOff, cors: o.CORSOrigins,
+		policyFor: o.PolicyFor, metricsTo: o.MetricsToken, metricsNo: o.MetricsOff, cors: o.CORSOrigins, tp: o.TracerProvider,
 		bodyTO: orDefault(o.BodyTimeout, 5*time.Second), requestTO: orDefault(o.RequestTimeout, 10*time.Second),
 		readyTO: orDefault(o.ReadinessTimeout, time.Second), streamTO: orDefault(o.StreamWriteTimeout, 30*time.Second)}
 	if s.log == nil {
@@ -146,6 +153,14 @@ func (s *Server) Handler() http.Handler {
 		// Outermost first: observe (metrics, access log) every call,
 		// including refused ones; authenticate and authorise; bound.
 		connect.WithInterceptors(s.metricsInterceptor(), s.authInterceptor(), s.timeoutInterceptor()),
+	}
+	if outer, inner, err := s.traceInterceptors(); err != nil {
+		s.log.Error("tracing disabled", "err", err)
+	} else if outer != nil {
+		// The span first, so that metrics (exemplars) and the access log
+		// see its trace id; its attributes last, after authentication.
+		opts = append(opts, connect.WithInterceptors(inner))
+		opts = append([]connect.HandlerOption{connect.WithInterceptors(outer)}, opts...)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(cooldownv1connect.NewCooldownServiceHandler(cooldownService{s}, opts...))
