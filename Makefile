@@ -50,14 +50,17 @@ stress: preflight
 	go test -tags integration -race -count=$$(( ($(STRESS_COUNT) + 3) / 4 )) -timeout 30m ./test/...
 
 # GENERATED are the checked-in files (and directories) make generate writes.
-GENERATED := api/ clients/ts/src/gen/ clients/ts/src/knobs.gen.ts deploy/helm/cooldownd/values.schema.json README.md
+GENERATED := api/ clients/ts/src/gen/ clients/ts/src/knobs.gen.ts deploy/helm/cooldownd/values.schema.json README.md \
+	internal/store/lua/schema.lua internal/store/schema_gen.go
 ## generate: regenerate the Go and Connect code (and clients/ts/src/gen) from api/v1/*.proto, and the
 ## policy knobs of internal/breaker/knobs.go into the chart's values.schema.json, the README's table and
-## clients/ts/src/knobs.gen.ts (the TS knob table, Policy and the breaker state's shapes).
+## clients/ts/src/knobs.gen.ts (the TS knob table, Policy and the breaker state's shapes); and the store's
+## Go↔Lua boundary (internal/store/schema) into internal/store/lua/schema.lua and schema_gen.go.
 generate: ts-deps
 	$(BUF) format -w
 	$(BUF) generate
 	go run ./tools/knobdoc
+	go run ./tools/luaschema
 
 ## check-generate: fail when the checked-in generated code is stale.
 check-generate: generate

@@ -46,8 +46,9 @@ type Knob struct {
 	MaxExclusive bool
 	// TenantOnly knobs cannot be set by a policy file's label rule.
 	TenantOnly bool
-	// Script is the knob's field in the scripts' policy table (P in
-	// internal/store/lua/prelude.lua).
+	// Script is the knob's field in the scripts' policy table (P, named by
+	// policy_table in internal/store/lua/schema.lua, which
+	// internal/store/schema generates from this table).
 	Script string
 
 	// The knob's field in a policy: count for a Count, ratio for a Ratio,

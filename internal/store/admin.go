@@ -96,24 +96,21 @@ func (s *Store) get(ctx context.Context, tenant string, id keys.ID, history int)
 
 // decodeGet reads GET_REPLY (get.lua).
 func decodeGet(tenant string, id keys.ID, r *reply) (Snapshot, []Transition, int64, []breaker.Event, error) {
-	exists := r.int() == 1
-	wake := r.int()
-	st, now, label := r.state()
-	entries := r.strs()
-	evs := r.events()
+	g := r.getReply()
 	if r.err != nil {
 		return Snapshot{}, nil, 0, nil, unavailable("get", r.err)
 	}
-	hist := make([]Transition, 0, len(entries))
-	for _, js := range entries {
+	hist := make([]Transition, 0, len(g.History))
+	for _, js := range g.History {
 		t, err := decodeEvent(tenant, js)
 		if err != nil {
 			return Snapshot{}, nil, 0, nil, fmt.Errorf("%w: get: %w", ErrInternal, err)
 		}
 		hist = append(hist, t)
 	}
-	snap := Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: exists, Events: evs}
-	return snap, hist, wake, evs, nil
+	snap := Snapshot{Tenant: tenant, ID: id, Label: g.State.Label, State: g.State.State, Now: time.UnixMilli(g.State.Now),
+		Exists: g.Exists, Events: g.Events}
+	return snap, hist, g.Wake, g.Events, nil
 }
 
 // Force sets an operator override on a connection for d from the server
@@ -141,17 +138,14 @@ func (s *Store) force(ctx context.Context, tenant string, id keys.ID, code int, 
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
 		r := newReply(scriptForce.run(ctx, s.rdb, connKeys(l), s.args(p, l, code, d, actor, reason,
 			registeredAt, registerGrace.Milliseconds())...).Result())
-		// FORCE_REPLY in force.lua.
-		status := r.int()
-		exists := r.int() == 1
-		wake = r.int()
-		st, now, label := r.state()
-		evs := r.events()
+		f := r.forceReply()
 		if r.err != nil {
 			return 0, unavailable("force", r.err)
 		}
-		snap = Snapshot{Tenant: tenant, ID: id, Label: label, State: st, Now: time.UnixMilli(now), Exists: exists, Events: evs}
-		return status, nil
+		wake = f.Wake
+		snap = Snapshot{Tenant: tenant, ID: id, Label: f.State.Label, State: f.State.State, Now: time.UnixMilli(f.State.Now),
+			Exists: f.Exists, Events: f.Events}
+		return f.Status, nil
 	})
 	if err != nil {
 		return Snapshot{}, err

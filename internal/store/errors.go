@@ -31,8 +31,10 @@ var transientReplies = []string{
 // failures, timeouts and the transient replies above wrap
 // [ErrUnavailable]; everything else wraps [ErrInternal]. Context errors
 // stay visible to errors.Is (the caller decides whether its own deadline
-// or the store timeout ran out).
+// or the store timeout ran out). A Lua error names the script file and
+// line it came from (explainScriptError).
 func unavailable(op string, err error) error {
+	err = explainScriptError(err)
 	if transient(err) {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, op, err)
 	}

@@ -1,7 +1,7 @@
-package store_test
+package store
 
 import (
-	"os"
+	"io/fs"
 	"regexp"
 	"strconv"
 	"strings"
@@ -11,121 +11,142 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/store/schema"
 )
 
-// luaTable reads `local NAME = {A = 1, B = 2, ...}` out of a script.
-func luaTable(t *testing.T, src, name string) map[string]int {
-	t.Helper()
-	m := regexp.MustCompile(`(?s)local ` + name + ` = \{(.*?)\}`).FindStringSubmatch(src)
-	require.NotNil(t, m, "table %s", name)
-	out := map[string]int{}
-	for _, kv := range regexp.MustCompile(`([A-Z_]+) = (\d+)`).FindAllStringSubmatch(m[1], -1) {
-		n, err := strconv.Atoi(kv[2])
-		require.NoError(t, err)
-		out[kv[1]] = n
-	}
-	return out
-}
-
-// TestLuaConstantsMatchTheModel holds the scripts' named constants to
+// TestLuaConstantsMatchTheModel holds the scripts' folded constants
+// (lua/schema.lua, generated from internal/store/schema) to
 // internal/breaker's enums, name by name.
 func TestLuaConstantsMatchTheModel(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("lua/prelude.lua")
-	require.NoError(t, err)
-	src := string(b)
 	upper := func(s string) string { return strings.ToUpper(s) }
-
 	want := map[string]int{}
 	for _, d := range []breaker.Decision{breaker.Allow, breaker.AllowProbe, breaker.Deny} {
-		want[upper(d.String())] = int(d)
+		want["DECISION."+upper(d.String())] = int(d)
 	}
-	assert.Equal(t, want, luaTable(t, src, "DECISION"))
-
-	want = map[string]int{}
 	for r := breaker.ReasonNone; r <= breaker.ReasonThrottled; r++ {
-		want[upper(r.String())] = int(r)
+		want["REASON."+upper(r.String())] = int(r)
 	}
-	assert.Equal(t, want, luaTable(t, src, "REASON"))
-
-	want = map[string]int{}
 	for _, p := range []breaker.Phase{breaker.Closed, breaker.Open, breaker.HalfOpen} {
-		want[upper(p.String())] = int(p)
+		want["PHASE."+upper(p.String())] = int(p)
 	}
-	assert.Equal(t, want, luaTable(t, src, "PHASE"))
-
-	want = map[string]int{}
 	for c := breaker.CauseNone; c <= breaker.CauseOverrideCleared; c++ {
-		want[upper(c.String())] = int(c)
+		want["CAUSE."+upper(c.String())] = int(c)
 	}
-	assert.Equal(t, want, luaTable(t, src, "CAUSE"))
-
-	assert.Equal(t, map[string]int{
-		"SUCCESS": int(breaker.OutcomeSuccess), "TRANSIENT_FAILURE": int(breaker.OutcomeTransientFailure),
-		"RATE_LIMITED": int(breaker.OutcomeRateLimited), "OVERLOADED": int(breaker.OutcomeOverloaded),
-		"QUOTA_EXHAUSTED": int(breaker.OutcomeQuotaExhausted), "AUTH_FAILURE": int(breaker.OutcomeAuthFailure),
-		"CLIENT_ERROR": int(breaker.OutcomeClientError), "CANCELED": int(breaker.OutcomeCanceled),
-	}, luaTable(t, src, "OUTCOME"))
-	assert.Equal(t, map[string]int{
-		"NONE": int(breaker.NoOverride), "FORCED_OPEN": int(breaker.ForcedOpen), "FORCED_CLOSED": int(breaker.ForcedClosed),
-	}, luaTable(t, src, "OVERRIDE"))
-	assert.Contains(t, src, "MAX_COUNT, MAX_REOPENS = "+strconv.Itoa(breaker.MaxCount)+", "+strconv.Itoa(breaker.MaxReopens))
+	for o := breaker.OutcomeSuccess; o <= breaker.OutcomeCanceled; o++ {
+		want["OUTCOME."+upper(o.String())] = int(o)
+	}
+	for _, o := range []breaker.Override{breaker.NoOverride, breaker.ForcedOpen, breaker.ForcedClosed} {
+		want["OVERRIDE."+upper(o.String())] = int(o)
+	}
+	want["LIMIT.MAX_COUNT"], want["LIMIT.MAX_REOPENS"] = breaker.MaxCount, breaker.MaxReopens
+	want["LIMIT.THROTTLE_RETRY_AFTER"] = breaker.ThrottleRetryAfter
+	for name, code := range want {
+		assert.Equal(t, strconv.Itoa(code), luaConstants[name], name)
+	}
+	for name := range luaConstants {
+		group, _, _ := strings.Cut(name, ".")
+		switch group {
+		case "DECISION", "REASON", "PHASE", "CAUSE", "OUTCOME", "OVERRIDE", "LIMIT":
+			assert.Contains(t, want, name, "a code the model does not have")
+		}
+	}
+	// force.lua's operations are the overrides and RESET.
+	assert.Equal(t, int(breaker.NoOverride), forceClear)
+	assert.Equal(t, int(breaker.ForcedOpen), forceOpen)
+	assert.Equal(t, int(breaker.ForcedClosed), forceClosed)
 }
 
-// TestFastPathsUseThePreludesNames holds the fast paths, which run before
-// the prelude and so repeat some of its names, to it: every field they
-// read or write is one of HASH_FIELDS (or EXPIRES_AT), and their numbers
-// are the model's.
-func TestFastPathsUseThePreludesNames(t *testing.T) {
+// scriptFiles are the scripts' parts but the generated schema.lua.
+func scriptFiles(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	require.NoError(t, fs.WalkDir(luaFiles, "lua", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || path == "lua/schema.lua" {
+			return err
+		}
+		b, err := luaFiles.ReadFile(path)
+		out[path] = string(b)
+		return err
+	}))
+	require.Contains(t, out, "lua/admit.lua")
+	return out
+}
+
+// codeLines are src's lines without their comments, numbered from 1.
+func codeLines(src string) []string {
+	lines := strings.Split(src, "\n")
+	for i, l := range lines {
+		lines[i], _ = splitComment(l)
+	}
+	return lines
+}
+
+// TestOnlyTheSchemaSpellsTheBoundary: no script but the generated
+// lua/schema.lua spells a state hash field's short name, and none indexes
+// a policy, state or reply value by a bare number (v[3], f[1], out[n + 2]):
+// each goes through schema.lua's names (FIELD, POLICY_HEAD, *_AT,
+// policy_table).
+func TestOnlyTheSchemaSpellsTheBoundary(t *testing.T) {
 	t.Parallel()
-	read := func(name string) string {
-		b, err := os.ReadFile("lua/" + name)
-		require.NoError(t, err)
-		return string(b)
+	short := map[string]bool{}
+	for _, f := range append(schema.State(), schema.HashExtras()...) {
+		short[f.Hash] = true
 	}
-	prelude := read("prelude.lua")
-	m := regexp.MustCompile(`(?s)local HASH_FIELDS = \{(.*?)\}`).FindStringSubmatch(prelude)
-	require.NotNil(t, m)
-	fields := map[string]bool{}
-	for _, f := range regexp.MustCompile(`'([a-z]+)'`).FindAllStringSubmatch(m[1], -1) {
-		fields[f[1]] = true
-	}
-	require.Contains(t, prelude, "local EXPIRES_AT = 'xp'")
-	fields["xp"] = true
-	writes := 0
-	for _, name := range []string{"admit_fast.lua", "report_fast.lua"} {
-		src := read(name)
-		calls := regexp.MustCompile(`redis\.call\('(HMGET|HGET)', [A-Za-z0-9_\[\] *+-]+, ([^)]*)\)`).FindAllStringSubmatch(src, -1)
-		require.NotEmpty(t, calls, name)
-		for _, c := range calls {
-			for _, f := range regexp.MustCompile(`'([a-z]+)'`).FindAllStringSubmatch(c[2], -1) {
-				assert.True(t, fields[f[1]], "%s reads %q, not a field of the prelude", name, f[1])
+	quoted := regexp.MustCompile(`'([a-z]+)'`)
+	// (w, an HSET's arguments, is no value; reply.lua writes the events'
+	// from, to, cause, the one layout that is not a named reply.)
+	bare := regexp.MustCompile(`\b(v|f|out)\[\d+\]|\bout\[n \+ \d+\]`)
+	for path, src := range scriptFiles(t) {
+		for i, l := range codeLines(src) {
+			for _, m := range quoted.FindAllStringSubmatch(l, -1) {
+				assert.False(t, short[m[1]], "%s:%d spells the hash field %q: use FIELD", path, i+1, m[1])
+			}
+			if path != "lua/prelude/reply.lua" {
+				assert.NotRegexp(t, bare, l, "%s:%d indexes a value by a bare number", path, i+1)
 			}
 		}
-		for _, f := range regexp.MustCompile(`w\[n - 1\], w\[n\] = '([a-z]+)'`).FindAllStringSubmatch(src, -1) {
-			assert.True(t, fields[f[1]], "%s writes %q, not a field of the prelude", name, f[1])
-			writes++
+	}
+}
+
+// TestPolicyHeadIsNamedInOrder: each fast path's string.match of
+// POLICY_HEAD names the values it captures as schema.Policy does, in order
+// ('_' for one it skips).
+func TestPolicyHeadIsNamedInOrder(t *testing.T) {
+	t.Parallel()
+	head := schema.FastHead()
+	for i, f := range schema.Policy()[:len(head)] {
+		require.Equal(t, head[i], f.Name)
+	}
+	match := regexp.MustCompile(`local ([a-z_, ]+) = string\.match\([^,]+, POLICY_HEAD\)`)
+	found := 0
+	for path, src := range scriptFiles(t) {
+		for _, m := range match.FindAllStringSubmatch(src, -1) {
+			found++
+			names := strings.Split(m[1], ", ")
+			require.LessOrEqual(t, len(names), len(head), path)
+			for i, n := range names {
+				if n != "_" {
+					assert.Equal(t, head[i], n, "%s: value %d of POLICY_HEAD", path, i+1)
+				}
+			}
 		}
 	}
-	assert.Equal(t, 11, writes, "report_fast.lua's writes: sc cf ls lo le lb wcc fcf fcq fca xp")
-	// The fleet window's rotation, written as one (its fields the
-	// prelude's).
-	for _, f := range []string{"fs", "fpf", "fpr", "fpq", "fpa", "fcr", "fcq", "fca", "fcf"} {
-		assert.True(t, fields[f], f)
-		assert.Contains(t, read("report_fast.lua"), "'"+f+"'")
+	assert.Equal(t, 2, found, "admit_fast.lua and report_fast.lua")
+}
+
+// TestEveryNameIsFolded: every script loads (loadScript panics on a name
+// the schema lacks) and, once folded, names no constant group.
+func TestEveryNameIsFolded(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []*luaScript{scriptAdmit, scriptReport, scriptForce, scriptExtend} {
+		for _, l := range codeLines(sc.src) {
+			assert.NotRegexp(t, `\b(FIELD|DECISION|REASON|PHASE|CAUSE|STATUS|[A-Z]+_AT)\.`, l)
+		}
 	}
-	fast := read("report_fast.lua")
-	// The window's rotation and the time of the update, written as one.
-	assert.Contains(t, fast, "'ws', string.format('%d', start), 'wpc', pc, 'wpf', pf, 'wcf', '0'")
-	assert.Contains(t, fast, "local w, n = {'uat', string.format('%d', now)}, 2")
-	for _, f := range []string{"ws", "wpc", "wpf", "wcf", "uat"} {
-		assert.True(t, fields[f], f)
-	}
-	assert.Contains(t, fast, "local CLOSED, NO_OVERRIDE, SUCCESS, APPLIED, MAX_COUNT = '"+
-		strconv.Itoa(int(breaker.Closed))+"', '"+strconv.Itoa(int(breaker.NoOverride))+"', '"+
-		strconv.Itoa(int(breaker.OutcomeSuccess))+"', 1, "+strconv.Itoa(breaker.MaxCount))
-	admit := read("admit_fast.lua")
-	assert.Contains(t, admit, "local CLOSED, OPEN, NO_OVERRIDE = "+strconv.Itoa(int(breaker.Closed))+", "+
-		strconv.Itoa(int(breaker.Open))+", "+strconv.Itoa(int(breaker.NoOverride)))
-	assert.Contains(t, admit, "local ALLOW, DENY = "+strconv.Itoa(int(breaker.Allow))+", "+strconv.Itoa(int(breaker.Deny)))
+	_, err := foldConstants("lua/x.lua", "local a = 1\nif PHASE.CLOSD then end")
+	require.EqualError(t, err, "store: lua/x.lua:2: PHASE.CLOSD is not in lua/schema.lua")
+	got, err := foldConstants("lua/x.lua", "x = FIELD.phase .. s.PHASE.CLOSED -- PHASE.CLOSD\ny = 'PHASE.OPEN'")
+	require.NoError(t, err)
+	assert.Equal(t, "x = 'ph' .. s.PHASE.CLOSED -- PHASE.CLOSD\ny = 'PHASE.OPEN'", got)
 }

@@ -180,27 +180,20 @@ func (a admitCmd) decode() ([]admitted, error) {
 		a.cmd = a.retry()
 	}
 	r := newReply(a.cmd.Result())
-	now := time.UnixMilli(r.int())
-	n := r.int()
+	head := r.admitReply()
+	now, n := time.UnixMilli(head.Now), head.Decided
 	out := make([]admitted, 0, max(n, 0))
 	for range n {
+		c := r.candidateReply()
 		d := Decision{Verdict: breaker.Verdict{
-			Decision: breaker.Decision(r.int()), Reason: breaker.DenyReason(r.int()), RetryAfter: r.int(),
-			Revision: uint64(r.int()), Phase: breaker.Phase(r.int()),
-		}, Now: now}
-		d.LeaseToken = r.str()
-		lexp := r.int()
-		d.LeaseExpired = r.int() == 1
-		exists := r.int() == 1
-		wake := r.int()
-		d.Shadowed = breaker.DenyReason(r.int())
-		d.ShadowRetryAfter = r.int()
-		d.ThrottleProbability = r.prob()
-		d.Events = r.events()
+			Decision: breaker.Decision(c.Decision), Reason: breaker.DenyReason(c.Reason), RetryAfter: c.RetryAfter,
+			Revision: uint64(c.Revision), Phase: breaker.Phase(c.Phase),
+			Shadowed: breaker.DenyReason(c.Shadowed), ShadowRetryAfter: c.ShadowRetryAfter,
+		}, Now: now, LeaseToken: c.LeaseToken, LeaseExpired: c.LeaseExpired, ThrottleProbability: c.Throttle, Events: c.Events}
 		if d.Decision == breaker.AllowProbe {
-			d.LeaseExpires = time.UnixMilli(lexp)
+			d.LeaseExpires = time.UnixMilli(c.LeaseExpires)
 		}
-		out = append(out, admitted{Decision: d, exists: exists, wake: wake})
+		out = append(out, admitted{Decision: d, exists: c.Exists, wake: c.Wake})
 	}
 	if r.err == nil && n < 1 {
 		r.err = fmt.Errorf("store: admit decided %d candidates", n)
@@ -306,22 +299,18 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		}
 		r := newReply(scriptReport.run(ctx, sc, ks, s.args(p, l, op...)...).Result())
 		// REPORT_REPLY in report.lua (REUSED alone).
-		status := r.int()
-		if status == statusReused {
+		if r.first() == statusReused {
 			return 0, ErrReportKeyReused
 		}
+		x := r.reportReply()
+		status := x.Status
 		if status == statusReplayed {
 			res.Replayed, status = true, statusApplied
 		}
-		res.Accepted = r.int() == 1
-		res.Changed = r.int() == 1
-		res.Created = r.int() == 1
-		res.Revision = uint64(r.int())
-		res.Phase = breaker.Phase(r.int())
-		res.Now = time.UnixMilli(r.int())
-		wake = r.int()
-		res.ThrottleProbability = r.prob()
-		res.Events = r.events()
+		res.Accepted, res.Changed, res.Created = x.Accepted, x.Changed, x.Created
+		res.Revision, res.Phase, res.Now = uint64(x.Revision), breaker.Phase(x.Phase), time.UnixMilli(x.Now)
+		res.ThrottleProbability, res.Events = x.Throttle, x.Events
+		wake = x.Wake
 		if r.err != nil {
 			return 0, unavailable("report", r.err)
 		}
@@ -353,19 +342,15 @@ func (s *Store) ExtendLease(ctx context.Context, c Conn, token string, ttl time.
 	}
 	l := c.layout()
 	r := newReply(scriptExtend.run(ctx, s.rdb, connKeys(l), s.args(p, l, token, ttl.Milliseconds())...).Result())
-	// EXTEND_REPLY in extend.lua.
-	slot, expires := r.int(), r.int()
-	_ = r.int() // now
-	wake := r.int()
-	evs := r.events()
+	x := r.extendReply()
 	if r.err != nil {
 		return time.Time{}, unavailable("extend lease", r.err)
 	}
-	s.scheduled(ctx, c.Tenant, l, len(evs), wake)
-	if slot < 0 {
+	s.scheduled(ctx, c.Tenant, l, len(x.Events), x.Wake)
+	if x.Slot < 0 {
 		return time.Time{}, ErrLeaseNotHeld
 	}
-	return time.UnixMilli(expires), nil
+	return time.UnixMilli(x.Expires), nil
 }
 
 // flag is a boolean script argument.

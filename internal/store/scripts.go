@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/sha1"
-	_ "embed"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -16,95 +13,75 @@ import (
 	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
+// The parts of the scripts, concatenated in this order (loadScript folds
+// lua/schema.lua's constants into each and keeps a line map, so a Lua
+// error names the file and line it came from). A connection script is
+// head.lua (the clock), its fast path if it has one (which uses only the
+// folded constants, so that it answers before anything else runs),
+// schema.lua's tables, the prelude's helpers by topic, then its own part.
 var (
-	//go:embed lua/head.lua
-	luaHead string
-	//go:embed lua/prelude.lua
-	luaPrelude string
-	//go:embed lua/admit_fast.lua
-	luaAdmitFast string
-	//go:embed lua/admit.lua
-	luaAdmit string
-	//go:embed lua/report_fast.lua
-	luaReportFast string
-	//go:embed lua/report.lua
-	luaReport string
-	//go:embed lua/force.lua
-	luaForce string
-	//go:embed lua/get.lua
-	luaGet string
-	//go:embed lua/extend.lua
-	luaExtend string
-	//go:embed lua/tenant.lua
-	luaTenant string
+	prelude = []string{
+		"lua/schema.lua",
+		"lua/prelude/bind.lua",
+		"lua/prelude/state.lua",
+		"lua/prelude/phase.lua",
+		"lua/prelude/fleet.lua",
+		"lua/prelude/lease.lua",
+		"lua/prelude/reply.lua",
+	}
+	head = "lua/head.lua"
 
-	// A connection script is head.lua (the clock), its fast path if it has
-	// one, the prelude, then its own part. The scripts that may write a
-	// transition, a lease or a count run once (see luaScript); get only
-	// applies timed transitions, which a second run finds already applied.
-	scriptAdmit  = newScript(once, luaHead, luaAdmitFast, luaPrelude, luaAdmit)
-	scriptReport = newScript(once, luaHead, luaReportFast, luaPrelude, luaReport)
-	scriptForce  = newScript(once, luaHead, luaPrelude, luaForce)
-	scriptExtend = newScript(once, luaHead, luaPrelude, luaExtend)
-	scriptGet    = redis.NewScript(luaHead + luaPrelude + luaGet)
-	scriptTenant = redis.NewScript(luaTenant)
+	// The scripts that may write a transition, a lease or a count run once
+	// (see luaScript); get only applies timed transitions, which a second
+	// run finds already applied.
+	scriptAdmit  = newScript(once, parts(head, "lua/admit_fast.lua", prelude, "lua/admit.lua")...)
+	scriptReport = newScript(once, parts(head, "lua/report_fast.lua", prelude, "lua/report.lua")...)
+	scriptForce  = newScript(once, parts(head, prelude, "lua/force.lua")...)
+	scriptExtend = newScript(once, parts(head, prelude, "lua/extend.lua")...)
+	scriptGet    = redisScript(parts(head, prelude, "lua/get.lua")...)
+	scriptTenant = redisScript("lua/tenant.lua")
 )
 
-// The scripts' named codes (prelude.lua's STATUS, force.lua's FORCE_RESET,
-// admit.lua's UNDECIDED).
-const (
-	statusApplied      = 1
-	statusUnregistered = 2
-	statusReplayed     = 3
-	statusReused       = 4
-	forceReset         = 3
-	admitUndecided     = breaker.Decision(0)
-)
+// parts flattens file names and lists of them, in order.
+func parts(items ...any) []string {
+	var out []string
+	for _, it := range items {
+		switch v := it.(type) {
+		case string:
+			out = append(out, v)
+		case []string:
+			out = append(out, v...)
+		}
+	}
+	return out
+}
+
+// redisScript is a script go-redis runs as it does (EVALSHA, then EVAL).
+func redisScript(files ...string) *redis.Script {
+	src, _ := loadScript(files...)
+	return redis.NewScript(src)
+}
 
 // connKeys are KEYS for a connection script: state, history.
 func connKeys(l keys.Layout) []string { return l.Script() }
 
 // policyArg is a connection's policy, idle TTL and history cap as one
-// argument (bind in prelude.lua), in milliseconds where a duration: idle,
-// rate basis points, window, fleet window, retry budget basis points,
-// throttle K and shadow first (the fast paths read only those). It is the
-// same for every call with one policy, so it is formatted once.
+// argument (appendPolicy, generated from internal/store/schema; P in the
+// scripts, see policy_table in lua/schema.lua). It is the same for every
+// call with one policy, so it is formatted once.
 func (s *Store) policyArg(p breaker.Policy) string {
 	if cached, ok := s.argCache.Load(p); ok {
 		if a, ok := cached.(string); ok {
 			return a
 		}
 	}
-	var b []byte
-	ints := func(ns ...int64) {
-		for _, n := range ns {
-			b = append(b, ',')
-			b = strconv.AppendInt(b, n, 10)
-		}
-	}
-	float := func(f float64) {
-		b = append(b, ',')
-		b = strconv.AppendFloat(b, f, 'g', -1, 64)
-	}
-	shadow := int64(0)
-	if p.Shadow {
-		shadow = 1
-	}
-	b = strconv.AppendInt(b, s.idle.Milliseconds(), 10)
-	ints(p.RateBasisPoints(), p.Window.Milliseconds(), p.FleetWindow.Milliseconds(), p.RetryBudgetBasisPoints())
-	float(p.ThrottleK)
-	ints(shadow, int64(p.ConsecutiveFailures), int64(p.MinCalls), p.OpenBase.Milliseconds(), p.OpenMax.Milliseconds())
-	float(p.Jitter)
-	ints(p.RateLimitCooldown.Milliseconds(), p.OverloadFloor.Milliseconds(), p.QuotaBlock.Milliseconds(),
-		p.AuthBlock.Milliseconds(), int64(p.MaxProbes), p.LeaseTTL.Milliseconds(), int64(p.RetryBudgetMin),
-		int64(p.TripQuorum), int64(s.history))
-	a := string(b)
+	a := string(appendPolicy(make([]byte, 0, 128), p, s.idle, s.history))
 	s.argCache.Store(p, a)
 	return a
 }
 
 // args builds ARGV of a one-connection script: now (head.lua), the
-// connection's three (bind in prelude.lua), then the operation's own.
+// connection's three (prelude/bind.lua), then the operation's own.
 func (s *Store) args(p breaker.Policy, l keys.Layout, op ...any) []any {
 	a := make([]any, 0, 4+len(op))
 	a = append(a, s.nowArg(), s.policyArg(p), keys.Channel(l.Tenant), l.ID.String())
@@ -130,10 +107,9 @@ type luaScript struct {
 	once     bool
 }
 
-func newScript(once bool, parts ...string) *luaScript {
-	src := strings.Join(parts, "")
-	sum := sha1.Sum([]byte(src))
-	return &luaScript{src: src, sha: hex.EncodeToString(sum[:]), once: once}
+func newScript(once bool, files ...string) *luaScript {
+	src, sha := loadScript(files...)
+	return &luaScript{src: src, sha: sha, once: once}
 }
 
 // processor runs one command: a client, a held connection, a pipeline.
@@ -236,7 +212,7 @@ func (r *reply) str() string {
 	return s
 }
 
-// stateJSON is prelude.lua's state_table(s).
+// stateJSON is prelude/state.lua's state_table(s).
 type stateJSON struct {
 	Now           int64  `json:"now"`
 	Phase         int    `json:"phase"`
@@ -299,7 +275,7 @@ func (j *stateJSON) state() (breaker.State, int64, string) {
 	return st, j.Now, j.Label
 }
 
-// reporters decodes prelude.lua's "id:at,id:at" (ids have no ':' or ',').
+// reporters decodes prelude/fleet.lua's "id:at,id:at" (ids have no ':' or ',').
 func reporters(s string) []breaker.Reporter {
 	var out []breaker.Reporter
 	for item := range strings.SplitSeq(s, ",") {
@@ -314,6 +290,29 @@ func reporters(s string) []breaker.Reporter {
 		out = append(out, breaker.Reporter{ID: id, At: n})
 	}
 	return out
+}
+
+// first is the reply's first value when it is an integer (a writing
+// script's STATUS), without reading it; 0 otherwise.
+func (r *reply) first() int64 {
+	if r.err != nil || len(r.v) == 0 {
+		return 0
+	}
+	n, _ := r.v[0].(int64)
+	return n
+}
+
+// stateReply is a state_table(s) sent as JSON: the state, the server
+// clock's now and the label.
+type stateReply struct {
+	State breaker.State
+	Now   int64
+	Label string
+}
+
+func (r *reply) stateReply() stateReply {
+	st, now, label := r.state()
+	return stateReply{State: st, Now: now, Label: label}
 }
 
 // prob reads a probability the scripts send as a string ('%.17g').

@@ -11,7 +11,7 @@ import (
 )
 
 // registerGrace is how long a registration lets its connection's state be
-// created (see may_create in prelude.lua): far longer than one request, so
+// created (see may_create in lua/prelude/lease.lua): far longer than one request, so
 // that no sweep or prune forgets a connection whose create is on its way.
 const registerGrace = 10 * time.Second
 
@@ -19,13 +19,6 @@ const registerGrace = 10 * time.Second
 // before it gives up: expired connections stop counting without walking
 // the index.
 const capSweep = 8
-
-// tenantOp results (tenant.lua's OK, AT_CAP, KEPT).
-const (
-	tenantOK    = 1
-	tenantAtCap = 0
-	tenantKept  = 2
-)
 
 // tenantOp runs one op of tenant.lua on a tenant's index and wake set and
 // returns its reply.

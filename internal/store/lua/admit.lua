@@ -1,32 +1,33 @@
--- admit: the candidates in order; the first admitted wins and no
--- candidate after it is looked at, so no probe is granted past it.
--- KEYS: each candidate's state and history. ARGV[2] peek ('1': decide
--- only what needs no write, see below), then six ARGV per candidate from
--- ARGV[3]: policy, channel, id (see bind), nonce for a probe lease token,
--- retry ('1': the call was already sent to this candidate), draw (the
--- throttle's uniform draw, in millionths). It never creates a state: a
--- healthy connection's Admit writes nothing.
+-- admit.lua: the candidates in order; the first admitted wins and no
+-- candidate after it is looked at, so no probe is granted past it. It never
+-- creates a state: a healthy connection's Admit writes nothing. (The full
+-- script: admit_fast.lua ran first and did not answer.)
+--
+-- KEYS[2k-1], KEYS[2k] candidate k's state hash and history list.
+-- ARGV[1] now (head.lua), ARGV[2] peek ('1': decide only what needs no
+--   write, see below), then six ARGV per candidate from ARGV[3]: policy,
+--   channel, id (see prelude/bind.lua), the nonce of a probe lease token,
+--   retry ('1': the call was already sent to this candidate), draw (the
+--   throttle's uniform draw, in millionths).
+-- Reply: ADMIT_REPLY (now, how many candidates were decided), then for
+--   each decided candidate CANDIDATE_REPLY and its transitions (schema.lua).
+--   throttle is the throttle's rejection probability in effect after the
+--   decision (0 unless closed with no override), as a string.
 --
 -- A peek (the Cluster's pipelined round, one candidate per script, see
--- AdmitFirst) answers UNDECIDED instead of settling a due transition,
+-- AdmitFirst) answers ADMIT.UNDECIDED instead of settling a due transition,
 -- granting a probe or counting a call for the fleet rules, and otherwise
--- what a full admit would: it writes nothing, so a peek of a candidate
--- that is not chosen leaves no trace.
-local UNDECIDED = 0
+-- what a full admit would: it writes nothing, so a peek of a candidate that
+-- is not chosen leaves no trace.
 local PEEK = ARGV[2] == '1'
--- Reply: now, how many candidates were decided, then for each ADMIT_REPLY
--- and its transitions (n, then from, to, cause for each). throttle is the
--- throttle's rejection probability in effect after the decision (0 unless
--- closed with no override), as a string.
-local ADMIT_REPLY = {'decision', 'reason', 'retry_after', 'revision', 'phase', 'lease_token', 'lease_expires',
-  'lease_expired', 'exists', 'wake', 'shadowed', 'shadow_retry_after', 'throttle'}
-local out = {now, 0}
+local out = {}
+out[ADMIT_AT.now], out[ADMIT_AT.decided] = now, 0
 
 -- fleet_rules denies a call the breaker admits when a fleet rule says so
 -- (internal/breaker's fleetRules).
 local function fleet_rules(s, r, retry, draw)
   if s.phase == PHASE.CLOSED and draw < throttle_prob(s) then
-    r.decision, r.reason, r.retry_after = DECISION.DENY, REASON.THROTTLED, THROTTLE_RETRY_AFTER
+    r.decision, r.reason, r.retry_after = DECISION.DENY, REASON.THROTTLED, LIMIT.THROTTLE_RETRY_AFTER
   elseif retry and not budget_allows(s) then
     r.decision, r.reason, r.retry_after = DECISION.DENY, REASON.RETRY_BUDGET, P.fleet_window - now % P.fleet_window
   end
@@ -65,7 +66,7 @@ local function decide(s, nonce, retry, draw)
     fleet_rules(s, r, retry, draw)
     if r.decision == DECISION.ALLOW_PROBE then
       if PEEK then
-        r.decision = UNDECIDED
+        r.decision = ADMIT.UNDECIDED
         return r, false
       end
       local slot = 0
@@ -102,7 +103,7 @@ local function decide(s, nonce, retry, draw)
   end
   if counts == nil then return r, false end
   if PEEK then
-    r.decision = UNDECIDED
+    r.decision = ADMIT.UNDECIDED
     return r, false
   end
   count_fleet(s, counts[1], counts[2], counts[3], counts[4])
@@ -115,7 +116,7 @@ for k = 1, #KEYS / 2 do
   local s = load()
   local r, counted
   if PEEK and due(s) then
-    r = {decision = UNDECIDED, reason = REASON.NONE, retry_after = 0, lease_token = '', lease_expires = 0,
+    r = {decision = ADMIT.UNDECIDED, reason = REASON.NONE, retry_after = 0, lease_token = '', lease_expires = 0,
       lease_expired = 0, exists = s.exists and 1 or 0, shadowed = REASON.NONE, shadow_retry_after = 0}
   else
     settle(s)
@@ -127,14 +128,8 @@ for k = 1, #KEYS / 2 do
   if #events > 0 then r.wake = wake(s) end
   r.throttle = '0'
   if s.phase == PHASE.CLOSED and s.override == OVERRIDE.NONE then r.throttle = string.format('%.17g', throttle_prob(s)) end
-  out[2] = k
-  for _, name in ipairs(ADMIT_REPLY) do out[#out + 1] = r[name] end
-  out[#out + 1] = #events
-  for _, ev in ipairs(events) do
-    out[#out + 1] = ev.from
-    out[#out + 1] = ev.to
-    out[#out + 1] = ev.cause
-  end
+  out[ADMIT_AT.decided] = k
+  append_reply(out, CANDIDATE_REPLY, r)
   if r.decision ~= DECISION.DENY then break end
 end
 return out

@@ -1,7 +1,11 @@
--- extend: ARGV[5] lease token, ARGV[6] ttl ms. Settles, then, when the
--- token names a live lease, moves its expiry to now + ttl: one atomic
--- compare-and-extend.
-local EXTEND_REPLY = {'slot', 'expires', 'now', 'wake'}
+-- extend.lua: move a live probe lease's expiry: one atomic
+-- compare-and-extend. Settles first.
+--
+-- KEYS[1] the state hash, KEYS[2] the history list.
+-- ARGV[1] now (head.lua), ARGV[2..4] the connection (prelude/bind.lua),
+--   ARGV[5] lease token, ARGV[6] ttl ms.
+-- Reply: EXTEND_REPLY (schema.lua), then the transitions; slot -1 when the
+--   token names no live lease.
 bind(1, 2)
 local s = load()
 settle(s)

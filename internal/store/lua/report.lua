@@ -1,15 +1,20 @@
--- report: ARGV[5] revision, ARGV[6] lease token, ARGV[7] outcome,
--- ARGV[8] retry_after ms, ARGV[9] http status, ARGV[10] error code,
--- ARGV[11] label ('' keeps the stored one), ARGV[12] jitter in millionths,
--- ARGV[13] registered_at, ARGV[14] grace (see may_create), ARGV[15] how many
--- successes the report stands for (a client's batch; 1 otherwise),
--- ARGV[16] retry ('1': the call was a retry on this connection), ARGV[17]
--- the reporter (for the trip quorum), ARGV[18] how long the report's
--- idempotency key (KEYS[3], optional) remembers the reply, ms (see
--- report_fast.lua). throttle in the reply is the
--- throttle's rejection probability in effect after the report (0 unless
--- closed with no override), as a string.
-local REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake', 'throttle'}
+-- report.lua: apply the outcome of one call to one connection (the full
+-- script: report_fast.lua ran first and did not answer).
+--
+-- KEYS[1] the state hash, KEYS[2] the history list, KEYS[3] (optional) the
+--   report's idempotency key (see report_fast.lua).
+-- ARGV[1] now (head.lua), ARGV[2..4] the connection (prelude/bind.lua),
+--   ARGV[5] revision the caller was admitted under, ARGV[6] lease token
+--   ('' none), ARGV[7] outcome (OUTCOME), ARGV[8] retry_after ms, ARGV[9]
+--   HTTP status, ARGV[10] error code, ARGV[11] label ('' keeps the stored
+--   one), ARGV[12] jitter in millionths, ARGV[13] registered_at and
+--   ARGV[14] grace (see may_create), ARGV[15] how many successes the report
+--   stands for (a client's batch; 1 otherwise), ARGV[16] retry ('1': the
+--   call was a retry on this connection), ARGV[17] the reporter (for the
+--   trip quorum), ARGV[18] how long KEYS[3] remembers the reply, ms.
+-- Reply: REPORT_REPLY (schema.lua), then the transitions; REUSED alone.
+--   throttle is the throttle's rejection probability in effect after the
+--   report (0 unless closed with no override), as a string.
 bind(1, 2)
 local s = load()
 if not may_create(s, tonumber(ARGV[13]), tonumber(ARGV[14])) then
@@ -42,7 +47,7 @@ local function open_duration()
 end
 
 local function trip()
-  s.reopens = math.min(s.reopens + 1, MAX_REOPENS)
+  s.reopens = math.min(s.reopens + 1, LIMIT.MAX_REOPENS)
   reset_counts(s)
   transition(s, now, PHASE.OPEN, CAUSE.BREAKER)
   s.open_until = now + open_duration()
@@ -62,8 +67,8 @@ end
 local function count(failed, n)
   if P.rate_bp <= 0 then return end
   rotate()
-  s.cur_calls = math.min(s.cur_calls + n, MAX_COUNT)
-  if failed then s.cur_fails = math.min(s.cur_fails + 1, MAX_COUNT) end
+  s.cur_calls = math.min(s.cur_calls + n, LIMIT.MAX_COUNT)
+  if failed then s.cur_fails = math.min(s.cur_fails + 1, LIMIT.MAX_COUNT) end
 end
 
 local function rate_tripped()
@@ -82,7 +87,7 @@ if outcome ~= OUTCOME.CANCELED and s.override == OVERRIDE.NONE then
         reset_counts(s)
         transition(s, now, PHASE.CLOSED, CAUSE.PROBE_SUCCESS)
       elseif s.phase == PHASE.CLOSED and outcome == OUTCOME.SUCCESS then
-        s.successes = math.min(s.successes + batch, MAX_COUNT)
+        s.successes = math.min(s.successes + batch, LIMIT.MAX_COUNT)
         s.consecutive = 0
         count(false, batch)
       end
@@ -90,8 +95,8 @@ if outcome ~= OUTCOME.CANCELED and s.override == OVERRIDE.NONE then
       if s.phase == PHASE.HALF_OPEN then
         trip()
       elseif s.phase == PHASE.CLOSED then
-        s.failures = math.min(s.failures + 1, MAX_COUNT)
-        s.consecutive = math.min(s.consecutive + 1, MAX_COUNT)
+        s.failures = math.min(s.failures + 1, LIMIT.MAX_COUNT)
+        s.consecutive = math.min(s.consecutive + 1, LIMIT.MAX_COUNT)
         count(true, 1)
         saw_failure(s, ARGV[17])
         if ((P.consecutive > 0 and s.consecutive >= P.consecutive) or rate_tripped()) and quorate(s) then trip() end

@@ -1,26 +1,26 @@
--- report's fast path, before the prelude runs: a success with the current
--- revision and no lease or hint, on a closed connection with no override.
--- internal/breaker's Report then counts
--- it and moves nothing (no settle, no lease, no transition, no event), so
--- one HMGET reads what it changes and one HSET writes only the fields
--- whose value moves: the breaker's window and the fleet window's counts
--- (a first attempt while the retry budget is on, a request and an accept
--- while the throttle is). The keys' time to live is
--- refreshed only when due: when less than the idle TTL is left, to the
--- idle TTL and an eighth (EXPIRES_AT in prelude.lua), so a healthy
--- connection lives at least its idle TTL after its last report and its
--- expiry is rewritten at most once per eighth of it. Any other report goes
--- on to the full script. ARGV as report.lua's; the field names are
--- prelude.lua's HASH_FIELDS, the numbers its PHASE, OVERRIDE, OUTCOME,
--- STATUS and MAX_COUNT, the policy's first fields policyArg's.
+-- report_fast.lua: report's fast path, before schema.lua and the prelude
+-- run (it uses only schema.lua's constants, folded in at load). KEYS, ARGV
+-- and the reply are report.lua's.
+--
+-- A success with the current revision and no lease or hint, on a closed
+-- connection with no override: internal/breaker's Report then counts it and
+-- moves nothing (no settle, no lease, no transition, no event), so one
+-- HMGET reads what it changes and one HSET writes only the fields whose
+-- value moves: the breaker's window and the fleet window's counts (a first
+-- attempt while the retry budget is on, a request and an accept while the
+-- throttle is). The keys' time to live is refreshed only when due: when
+-- less than the idle TTL is left, to the idle TTL and an eighth
+-- (FIELD.expires_at), so a healthy connection lives at least its idle TTL
+-- after its last report and its expiry is rewritten at most once per eighth
+-- of it. Any other report goes on to the full script.
 --
 -- A report with an idempotency key (KEYS[3]: the connection's
 -- cd:{t:id}:r:<key>; ARGV[18] how long it is remembered, ms) is applied
 -- once: a run that applies it remembers "<what it said>|<its reply>" under
 -- the key, and a key that names a report already applied answers that
--- report's first reply, marked REPLAYED (prelude.lua's STATUS), counting
--- and writing nothing; a key remembered for a report that said something
--- else (outcome, revision, count, retry flag) answers REUSED alone. The
+-- report's first reply, marked STATUS.REPLAYED, counting and writing
+-- nothing; a key remembered for a report that said something else
+-- (outcome, revision, count, retry flag) answers STATUS.REUSED alone. The
 -- fast path looks the key up and remembers its reply in one command (SET
 -- NX GET, before its own writes); the full script looks it up below,
 -- before the prelude, and remembers at its end (remember). Without a key
@@ -31,14 +31,14 @@ if REPORT_KEY then REPORT_SAID = ARGV[7] .. ':' .. ARGV[5] .. ':' .. ARGV[15] ..
 -- replay is the answer to a report whose key was seen: the first reply.
 local function replay(seen)
   local said, first = string.match(seen, '^([^|]*)|(.*)$')
-  if said ~= REPORT_SAID then return {4} end
+  if said ~= REPORT_SAID then return {STATUS.REUSED} end
   local out, i = {}, 0
   for x in string.gmatch(first, '[^,]+') do
     i = i + 1
-    -- REPORT_REPLY's 9th value, the throttle, is a string.
-    if i == 9 then out[i] = x else out[i] = tonumber(x) end
+    -- REPORT_REPLY's throttle is a string.
+    if i == REPORT_AT.throttle then out[i] = x else out[i] = tonumber(x) end
   end
-  out[1] = 3
+  out[REPORT_AT.status] = STATUS.REPLAYED
   return out
 end
 
@@ -60,68 +60,79 @@ local function remember(out)
 end
 
 do
-local idle, rate_bp, window, fleet_window, budget_bp, throttle_k = string.match(ARGV[2],
-  '^(%d+),(%d+),(%d+),(%d+),(%d+),([^,]+),')
+-- POLICY_HEAD captures the policy's first values, named as in schema.lua's
+-- policy_table, in its order (a test holds the names).
+local idle, rate_bp, window, fleet_window, budget_bp, throttle_k = string.match(ARGV[2], POLICY_HEAD)
 if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
-  local CLOSED, NO_OVERRIDE, SUCCESS, APPLIED, MAX_COUNT = '1', '0', '1', 1, 100000
   local S = KEYS[1]
-  -- prelude.lua's count_report: the fleet window counts a first attempt
-  -- while the retry budget is on, a request and an accept while the
+  -- prelude/fleet.lua's count_report: the fleet window counts a first
+  -- attempt while the retry budget is on, a request and an accept while the
   -- throttle is.
   local firsts, throttle = budget_bp ~= '0' and ARGV[16] ~= '1', throttle_k ~= '0'
-  local f
+  local phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
+    window_start, cur_calls, expires_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
+    cur_accepts
   if firsts or throttle then
-    f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp', 'fs', 'fcf',
-      'fpq', 'fcq', 'fpa', 'fca')
+    phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
+      window_start, cur_calls, expires_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
+      cur_accepts = unpack(redis.call('HMGET', S, FIELD.phase, FIELD.override, FIELD.revision, FIELD.successes,
+        FIELD.consecutive, FIELD.last_status, FIELD.last_outcome, FIELD.last_error, FIELD.label,
+        FIELD.window_start, FIELD.cur_calls, FIELD.expires_at, FIELD.fleet_start, FIELD.cur_firsts,
+        FIELD.prev_requests, FIELD.cur_requests, FIELD.prev_accepts, FIELD.cur_accepts))
   else
-    f = redis.call('HMGET', S, 'ph', 'ov', 'rv', 'sc', 'cf', 'ls', 'lo', 'le', 'lb', 'ws', 'wcc', 'xp')
+    phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
+      window_start, cur_calls, expires_at = unpack(redis.call('HMGET', S, FIELD.phase, FIELD.override,
+        FIELD.revision, FIELD.successes, FIELD.consecutive, FIELD.last_status, FIELD.last_outcome,
+        FIELD.last_error, FIELD.label, FIELD.window_start, FIELD.cur_calls, FIELD.expires_at))
   end
-  if f[1] == CLOSED and f[2] == NO_OVERRIDE and f[3] == ARGV[5] then
+  -- The stored strings are compared as strings: a phase of '1' is closed.
+  if phase == '' .. PHASE.CLOSED and override == '' .. OVERRIDE.NONE and revision == ARGV[5] then
     local batch = tonumber(ARGV[15]) or 1
     if batch < 1 then batch = 1 end
-    local w, n = {'uat', string.format('%d', now)}, 2
-    local sc = tonumber(f[4]) or 0
-    if sc < MAX_COUNT then
+    local w, n = {FIELD.updated_at, string.format('%d', now)}, 2
+    local sc = tonumber(successes) or 0
+    if sc < LIMIT.MAX_COUNT then
       n = n + 2
-      w[n - 1], w[n] = 'sc', string.format('%d', math.min(sc + batch, MAX_COUNT))
+      w[n - 1], w[n] = FIELD.successes, string.format('%d', math.min(sc + batch, LIMIT.MAX_COUNT))
     end
-    if f[5] ~= '0' then
+    if consecutive ~= '0' then
       n = n + 2
-      w[n - 1], w[n] = 'cf', '0'
+      w[n - 1], w[n] = FIELD.consecutive, '0'
     end
-    if f[6] ~= ARGV[9] then
+    if last_status ~= ARGV[9] then
       n = n + 2
-      w[n - 1], w[n] = 'ls', string.format('%d', tonumber(ARGV[9]))
+      w[n - 1], w[n] = FIELD.last_status, string.format('%d', tonumber(ARGV[9]))
     end
-    if f[7] ~= SUCCESS then
+    if last_outcome ~= '' .. OUTCOME.SUCCESS then
       n = n + 2
-      w[n - 1], w[n] = 'lo', SUCCESS
+      w[n - 1], w[n] = FIELD.last_outcome, '' .. OUTCOME.SUCCESS
     end
-    if (f[8] or '') ~= ARGV[10] then
+    if (last_error or '') ~= ARGV[10] then
       n = n + 2
-      w[n - 1], w[n] = 'le', ARGV[10]
+      w[n - 1], w[n] = FIELD.last_error, ARGV[10]
     end
-    if ARGV[11] ~= '' and f[9] ~= ARGV[11] then
+    if ARGV[11] ~= '' and label ~= ARGV[11] then
       n = n + 2
-      w[n - 1], w[n] = 'lb', ARGV[11]
+      w[n - 1], w[n] = FIELD.label, ARGV[11]
     end
     if rate_bp ~= '0' then
       -- count(false, batch): rotate the window (once per window, so its
       -- other fields are read only then), then count the calls.
       window = tonumber(window)
       local start = now - now % window
-      local ws, cc = tonumber(f[10]) or 0, tonumber(f[11]) or 0
+      local ws, cc = tonumber(window_start) or 0, tonumber(cur_calls) or 0
       if ws ~= start then
         local pc, pf = '0', '0'
-        if ws == start - window then pc, pf = f[11] or '0', redis.call('HGET', S, 'wcf') or '0' end
+        if ws == start - window then pc, pf = cur_calls or '0', redis.call('HGET', S, FIELD.cur_fails) or '0' end
         w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6], w[n + 7], w[n + 8] =
-          'ws', string.format('%d', start), 'wpc', pc, 'wpf', pf, 'wcf', '0'
+          FIELD.window_start, string.format('%d', start), FIELD.prev_calls, pc, FIELD.prev_fails, pf,
+          FIELD.cur_fails, '0'
         n = n + 8
         cc = 0
       end
-      if cc < MAX_COUNT then
+      if cc < LIMIT.MAX_COUNT then
         n = n + 2
-        w[n - 1], w[n] = 'wcc', string.format('%d', math.min(cc + batch, MAX_COUNT))
+        w[n - 1], w[n] = FIELD.cur_calls, string.format('%d', math.min(cc + batch, LIMIT.MAX_COUNT))
       end
     end
     local prob = '0'
@@ -130,62 +141,67 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
       -- then count.
       local fw = tonumber(fleet_window)
       local start = now - now % fw
-      local fs = tonumber(f[13]) or 0
-      local cf, pq, cq, pa, ca = tonumber(f[14]) or 0, tonumber(f[15]) or 0, tonumber(f[16]) or 0,
-        tonumber(f[17]) or 0, tonumber(f[18]) or 0
+      local fs = tonumber(fleet_start) or 0
+      local cf, pq, cq, pa, ca = tonumber(cur_firsts) or 0, tonumber(prev_requests) or 0,
+        tonumber(cur_requests) or 0, tonumber(prev_accepts) or 0, tonumber(cur_accepts) or 0
       if fs ~= start then
         local pf, pr = 0, 0
         if fs == start - fw then
-          pf, pr, pq, pa = cf, tonumber(redis.call('HGET', S, 'fcr')) or 0, cq, ca
+          pf, pr, pq, pa = cf, tonumber(redis.call('HGET', S, FIELD.cur_retries)) or 0, cq, ca
         else
           pq, pa = 0, 0
         end
         cf, cq, ca = 0, 0, 0
         w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6], w[n + 7], w[n + 8] =
-          'fs', string.format('%d', start), 'fpf', string.format('%d', pf), 'fpr', string.format('%d', pr),
-          'fpq', string.format('%d', pq)
+          FIELD.fleet_start, string.format('%d', start), FIELD.prev_firsts, string.format('%d', pf),
+          FIELD.prev_retries, string.format('%d', pr), FIELD.prev_requests, string.format('%d', pq)
         w[n + 9], w[n + 10], w[n + 11], w[n + 12], w[n + 13], w[n + 14], w[n + 15], w[n + 16] =
-          'fpa', string.format('%d', pa), 'fcr', '0', 'fcf', '0', 'fcq', '0'
-        w[n + 17], w[n + 18] = 'fca', '0'
+          FIELD.prev_accepts, string.format('%d', pa), FIELD.cur_retries, '0', FIELD.cur_firsts, '0',
+          FIELD.cur_requests, '0'
+        w[n + 17], w[n + 18] = FIELD.cur_accepts, '0'
         n = n + 18
       end
-      if firsts and cf < MAX_COUNT then
-        cf = math.min(cf + batch, MAX_COUNT)
+      if firsts and cf < LIMIT.MAX_COUNT then
+        cf = math.min(cf + batch, LIMIT.MAX_COUNT)
         n = n + 2
-        w[n - 1], w[n] = 'fcf', string.format('%d', cf)
+        w[n - 1], w[n] = FIELD.cur_firsts, string.format('%d', cf)
       end
       if throttle then
-        if cq < MAX_COUNT then
-          cq = math.min(cq + batch, MAX_COUNT)
+        if cq < LIMIT.MAX_COUNT then
+          cq = math.min(cq + batch, LIMIT.MAX_COUNT)
           n = n + 2
-          w[n - 1], w[n] = 'fcq', string.format('%d', cq)
+          w[n - 1], w[n] = FIELD.cur_requests, string.format('%d', cq)
         end
-        if ca < MAX_COUNT then
-          ca = math.min(ca + batch, MAX_COUNT)
+        if ca < LIMIT.MAX_COUNT then
+          ca = math.min(ca + batch, LIMIT.MAX_COUNT)
           n = n + 2
-          w[n - 1], w[n] = 'fca', string.format('%d', ca)
+          w[n - 1], w[n] = FIELD.cur_accepts, string.format('%d', ca)
         end
-        -- prelude.lua's throttle_prob, in its operation order.
+        -- prelude/fleet.lua's throttle_prob, in its operation order.
         local e = now - start
         local rq, ac = pq * (fw - e) + cq * fw, pa * (fw - e) + ca * fw
         prob = string.format('%.17g', math.max(0, (rq - tonumber(throttle_k) * ac) / (rq + fw)))
       end
     end
     idle = tonumber(idle)
-    local xp, ttl = tonumber(f[12]) or 0, nil
+    local xp, ttl = tonumber(expires_at) or 0, nil
     if xp - now < idle then
       ttl = idle + math.floor(idle / 8)
       xp = now + ttl
       n = n + 2
-      w[n - 1], w[n] = 'xp', string.format('%d', xp)
+      w[n - 1], w[n] = FIELD.expires_at, string.format('%d', xp)
     end
-    -- REPORT_REPLY of report.lua: status, accepted, changed, created,
-    -- revision, phase, now, wake, throttle; no events.
-    local out = {APPLIED, 1, 0, 0, tonumber(f[3]), tonumber(CLOSED), now, xp, prob, 0}
+    -- REPORT_REPLY, no events.
+    local out = {}
+    out[REPORT_AT.status], out[REPORT_AT.accepted], out[REPORT_AT.changed], out[REPORT_AT.created] =
+      STATUS.APPLIED, 1, 0, 0
+    out[REPORT_AT.revision], out[REPORT_AT.phase], out[REPORT_AT.now], out[REPORT_AT.wake] =
+      tonumber(revision), PHASE.CLOSED, now, xp
+    out[REPORT_AT.throttle], out[REPORT_AT.events] = prob, 0
     if REPORT_KEY then
-      -- Remembered unless already there (remembered(out), in one format);
-      -- nothing is written before.
-      local seen = redis.call('SET', REPORT_KEY, string.format('%s|1,1,0,0,%s,1,%d,%d,%s,0', REPORT_SAID, f[3], now, xp, prob),
+      -- Remembered unless already there (what remembered(out) writes, in
+      -- one format); nothing is written before.
+      local seen = redis.call('SET', REPORT_KEY, string.format(REMEMBER_FORMAT, REPORT_SAID, unpack(out)),
         'NX', 'GET', 'PX', ARGV[18])
       if seen then return replay(seen) end
     end
