@@ -1300,7 +1300,10 @@ type Policy struct {
 	// Shadow mode: decisions and transitions are computed and published, and
 	// every call the policy would deny is allowed (operator overrides are
 	// still enforced).
-	Shadow        bool `protobuf:"varint,19,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,19,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// The longest time to live an ExtendLease gives a probe lease: a longer
+	// one asked for is cut to it. At least lease_ttl.
+	LeaseTtlMax   *durationpb.Duration `protobuf:"bytes,20,opt,name=lease_ttl_max,json=leaseTtlMax,proto3" json:"lease_ttl_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1466,6 +1469,13 @@ func (x *Policy) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *Policy) GetLeaseTtlMax() *durationpb.Duration {
+	if x != nil {
+		return x.LeaseTtlMax
+	}
+	return nil
 }
 
 // Transition is one state change of a connection.
@@ -2966,7 +2976,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\brequests\x18\x03 \x01(\x01R\brequests\x12\x18\n" +
 	"\aaccepts\x18\x04 \x01(\x01R\aaccepts\x121\n" +
 	"\x14throttle_probability\x18\x05 \x01(\x01R\x13throttleProbability\x12+\n" +
-	"\x11failure_reporters\x18\x06 \x01(\rR\x10failureReporters\"\xf1\x06\n" +
+	"\x11failure_reporters\x18\x06 \x01(\rR\x10failureReporters\"\xb0\a\n" +
 	"\x06Policy\x121\n" +
 	"\x14consecutive_failures\x18\x01 \x01(\rR\x13consecutiveFailures\x12!\n" +
 	"\ffailure_rate\x18\x02 \x01(\x01R\vfailureRate\x12\x1b\n" +
@@ -2992,7 +3002,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\vtrip_quorum\x18\x11 \x01(\rR\n" +
 	"tripQuorum\x12<\n" +
 	"\ffleet_window\x18\x12 \x01(\v2\x19.google.protobuf.DurationR\vfleetWindow\x12\x16\n" +
-	"\x06shadow\x18\x13 \x01(\bR\x06shadow\"\xcd\x02\n" +
+	"\x06shadow\x18\x13 \x01(\bR\x06shadow\x12=\n" +
+	"\rlease_ttl_max\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\vleaseTtlMax\"\xcd\x02\n" +
 	"\n" +
 	"Transition\x127\n" +
 	"\n" +
@@ -3272,66 +3283,67 @@ var file_v1_cooldown_proto_depIdxs = []int32{
 	33, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
 	33, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
 	33, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
-	7,  // 28: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
-	32, // 29: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
-	2,  // 30: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
-	2,  // 31: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
-	3,  // 32: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
-	7,  // 33: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
-	0,  // 34: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
-	33, // 35: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	32, // 36: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
-	1,  // 37: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
-	32, // 38: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	2,  // 39: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
-	17, // 40: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	32, // 41: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
-	1,  // 42: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	33, // 43: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
-	0,  // 44: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
-	1,  // 45: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	33, // 46: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
-	2,  // 47: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
-	1,  // 48: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	7,  // 49: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
-	4,  // 50: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	33, // 51: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
-	2,  // 52: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	32, // 53: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
-	7,  // 54: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	33, // 55: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 56: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 57: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	14, // 58: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	13, // 59: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
-	8,  // 60: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	8,  // 61: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	14, // 62: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	8,  // 63: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 64: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	33, // 65: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	8,  // 66: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	15, // 67: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	18, // 68: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	20, // 69: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	22, // 70: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	24, // 71: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	26, // 72: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	28, // 73: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	30, // 74: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	16, // 75: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	19, // 76: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	21, // 77: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	23, // 78: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	25, // 79: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	27, // 80: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	29, // 81: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	31, // 82: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	75, // [75:83] is the sub-list for method output_type
-	67, // [67:75] is the sub-list for method input_type
-	67, // [67:67] is the sub-list for extension type_name
-	67, // [67:67] is the sub-list for extension extendee
-	0,  // [0:67] is the sub-list for field type_name
+	33, // 28: cooldown.v1.Policy.lease_ttl_max:type_name -> google.protobuf.Duration
+	7,  // 29: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
+	32, // 30: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	2,  // 31: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
+	2,  // 32: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
+	3,  // 33: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
+	7,  // 34: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
+	0,  // 35: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
+	33, // 36: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	32, // 37: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
+	1,  // 38: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
+	32, // 39: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	2,  // 40: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
+	17, // 41: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
+	32, // 42: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	1,  // 43: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
+	33, // 44: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
+	0,  // 45: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
+	1,  // 46: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
+	33, // 47: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	2,  // 48: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
+	1,  // 49: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
+	7,  // 50: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
+	4,  // 51: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
+	33, // 52: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	2,  // 53: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
+	32, // 54: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	7,  // 55: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	33, // 56: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 57: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 58: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	14, // 59: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	13, // 60: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
+	8,  // 61: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	8,  // 62: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	14, // 63: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	8,  // 64: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 65: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	33, // 66: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	8,  // 67: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	15, // 68: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	18, // 69: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	20, // 70: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	22, // 71: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	24, // 72: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	26, // 73: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	28, // 74: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	30, // 75: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	16, // 76: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	19, // 77: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	21, // 78: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	23, // 79: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	25, // 80: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	27, // 81: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	29, // 82: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	31, // 83: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	76, // [76:84] is the sub-list for method output_type
+	68, // [68:76] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
