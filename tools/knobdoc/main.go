@@ -6,6 +6,9 @@
 //     (definitions policyKnobs, policyTenant, policyLabelRule) and
 //     policy's required list; every other member is left as it is;
 //   - README.md: the policy table between its marker comments;
+//   - deploy/helm/cooldownd/templates/_helpers.tpl: between its markers,
+//     the knob table its validation ranges over and the breaker's limits
+//     (helpers.go);
 //   - clients/ts/src/knobs.gen.ts: the knob table, Policy and
 //     defaultPolicy for the TypeScript port, and the shapes of the
 //     breaker's State (ts.go).
@@ -70,7 +73,7 @@ func run(root string, check bool) error {
 	for _, f := range []struct {
 		path string
 		gen  func([]byte) ([]byte, error)
-	}{{SchemaFile, Schema}, {ReadmeFile, Readme}, {TSFile, ts}} {
+	}{{SchemaFile, Schema}, {ReadmeFile, Readme}, {HelpersFile, Helpers}, {TSFile, ts}} {
 		path := filepath.Join(root, f.path)
 		old, err := os.ReadFile(path)
 		if err != nil && !(f.path == TSFile && errors.Is(err, os.ErrNotExist)) {
@@ -119,7 +122,8 @@ func number(v float64) any {
 	return v
 }
 
-// bounded is a count's or a ratio's schema with the knob's own bounds.
+// bounded is a count's or a ratio's schema with the knob's own bounds and,
+// for a knob Validate holds to 0 or a floor (offOrAtLeast), that rule.
 func bounded(k *breaker.Knob, typ, description string) *node {
 	n := object("type", typ)
 	if description != "" {
@@ -131,12 +135,24 @@ func bounded(k *breaker.Knob, typ, description string) *node {
 	} else {
 		n.set("maximum", toNode(number(k.Max)), false)
 	}
+	if _, f, ok := floor(k); ok {
+		n.set("anyOf", array(object("const", 0), object("minimum", number(f))), false)
+	}
 	return n
 }
 
-// duration is a span's schema: the chart's duration definition.
-func duration(description string) *node {
-	return object("allOf", array(object("$ref", "#/definitions/duration")), "description", description)
+// duration is a span's schema: the chart's duration definition and, for a
+// span that must be positive, a non-zero digit (a 0 from --set arrives as
+// a number, the only one the definition takes: minimum refuses it). Its bounds and whole
+// milliseconds are the template's: a Go duration is a sum of parts (1h30m,
+// 90m and 5400s are one span), which no pattern can add up.
+func duration(k *breaker.Knob, description string) *node {
+	n := object("allOf", array(object("$ref", "#/definitions/duration")), "description", description)
+	if positive(k) {
+		n.set("minimum", toNode(1), false)
+		n.set("pattern", toNode("[1-9]"), false)
+	}
+	return n
 }
 
 // boolean is a switch's schema: true or false, as YAML writes them (the
@@ -147,11 +163,8 @@ func boolean(description string) *node {
 }
 
 // fileKnob is a knob's schema in a policy-file section.
-func fileKnob(k *breaker.Knob, inLabelRule bool) *node {
+func fileKnob(k *breaker.Knob) *node {
 	description := k.Flag() + ": " + k.Doc + "."
-	if inLabelRule && k.TenantOnly {
-		description = "Not allowed in a label rule (per tenant only); the chart fails with a message naming the rule."
-	}
 	switch k.Kind {
 	case breaker.Count:
 		return bounded(k, "integer", description)
@@ -160,29 +173,50 @@ func fileKnob(k *breaker.Knob, inLabelRule bool) *node {
 	case breaker.Switch:
 		return boolean(description)
 	default:
-		return duration(description)
+		return duration(k, description)
 	}
 }
 
+// decimalString is a ratio's schema as a decimal string from --set: the
+// knob's bounds and floor as patterns (a ratio's bounds are whole numbers
+// from 0).
+func decimalString(k *breaker.Knob) *node {
+	if k.Min != 0 || k.Max != float64(int64(k.Max)) || k.Max < 1 {
+		panic(fmt.Sprintf("knobdoc: ratio %s is in [%v, %v]: decimalString writes [0, a whole number] only", k.Name, k.Min, k.Max))
+	}
+	patterns := []any{object("pattern", decimalAtMost(int64(k.Max), k.MaxExclusive))}
+	if f, _, ok := floor(k); ok {
+		patterns = append(patterns, object("pattern", decimalOffOrAtLeast(f)))
+	}
+	return object("type", "string",
+		"description", "A decimal as --set passes it (e.g. \"0.25\"), "+k.Bounds()+floorDoc(k)+".",
+		"pattern", decimalPattern,
+		"allOf", array(patterns...))
+}
+
+// floorDoc says a knob's floor, if any.
+func floorDoc(k *breaker.Knob) string {
+	if f, _, ok := floor(k); ok {
+		return ", 0 or at least " + f
+	}
+	return ""
+}
+
 // valueKnob is a knob's schema under the chart's policy. A ratio also
-// takes a decimal string (what --set passes); the chart checks its range.
-// A switch is a boolean.
+// takes a decimal string (what --set passes), bounded by patterns. A
+// switch is a boolean.
 func valueKnob(k *breaker.Knob) *node {
 	description := k.Flag() + ": " + k.Doc + "."
 	switch k.Kind {
 	case breaker.Count:
 		return bounded(k, "integer", description)
 	case breaker.Ratio:
-		n := bounded(k, "number", "")
 		return object("description", k.Flag()+": "+k.Doc+"; a decimal string from --set is accepted.",
-			"oneOf", array(n, object(
-				"type", "string",
-				"description", "A decimal as --set passes it (e.g. \"0.25\"); the chart checks its range.",
-				"pattern", `^[0-9]*\.?[0-9]+$`)))
+			"oneOf", array(bounded(k, "number", ""), decimalString(k)))
 	case breaker.Switch:
 		return boolean(description)
 	default:
-		return duration(description)
+		return duration(k, description)
 	}
 }
 
@@ -232,8 +266,10 @@ func Schema(old []byte) ([]byte, error) {
 	var required []any
 	for _, k := range knobs {
 		valueNames[ValueName(k)] = true
-		file = append(file, member{k.Key(), fileKnob(k, false)})
-		label = append(label, member{k.Key(), fileKnob(k, true)})
+		file = append(file, member{k.Key(), fileKnob(k)})
+		if !k.TenantOnly { // a label rule refuses it (additionalProperties: false)
+			label = append(label, member{k.Key(), fileKnob(k)})
+		}
 		values = append(values, member{ValueName(k), valueKnob(k)})
 		required = append(required, ValueName(k))
 	}

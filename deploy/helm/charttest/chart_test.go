@@ -944,9 +944,6 @@ func TestValidateValues(t *testing.T) {
 			[]string{"ingress.enabled=true needs ingress.hosts"}},
 		{"egress to unknown redis", "networkPolicy: {enabled: true, egress: {enabled: true}}\n" + external + ", addrs: [r:6379]}}",
 			[]string{"networkPolicy.egress.enabled with redis.external needs networkPolicy.egress.extraEgress"}},
-		{"max_probes in a label rule", "policy: {overrides: {tenants: {team-a: {max_probes: 2, labels: [{match: 'openai *'}, {match: 'azure/*', max_probes: 4}]}}}}",
-			[]string{"policy.overrides.tenants.team-a.labels[1] sets max_probes", "per tenant only",
-				"would refuse to start", "move it to policy.overrides.tenants.team-a.max_probes"}},
 		{"policy file too large for a ConfigMap", "policy: {overrides: {tenants: {team-a: {labels: [" +
 			strings.Repeat("{match: 'a-rather-long-label-pattern/*', rate_limit_cooldown: 5s}, ", 20000) + "]}}}}",
 			[]string{"policy: policy.overrides renders to a", "-byte policies.yaml", "1 MiB"}},
@@ -976,6 +973,8 @@ func TestValidateValues(t *testing.T) {
 			[]string{"/policy/overrides/tenants/team-a/labels/0", "'match'"}},
 		{"schema: policy knob types", "policy: {overrides: {default: {open_max: 120, consecutive_failures: 2.5, failure_rate: high}}}",
 			[]string{"/policy/overrides/default/open_max", "/policy/overrides/default/consecutive_failures", "/policy/overrides/default/failure_rate"}},
+		{"schema: max_probes in a label rule (per tenant only)", "policy: {overrides: {tenants: {team-a: {max_probes: 2, labels: [{match: 'openai *'}, {match: 'azure/*', max_probes: 4}]}}}}",
+			[]string{"at '/policy/overrides/tenants/team-a/labels/1': additional properties 'max_probes' not allowed"}},
 		{"schema: bad tenant name", "policy: {overrides: {tenants: {Team_A: {max_probes: 2}}}}",
 			[]string{"/policy/overrides/tenants", "additional properties 'Team_A' not allowed"}},
 		{"schema: bad role", "auth: {tokens: [{name: a, tenant: t, role: root, token: 0123456789abcdef}]}",

@@ -339,18 +339,6 @@ NOTES.txt. Each message names the values to change.
 {{- end }}
 {{- $overrides := .Values.policy.overrides }}
 {{- if $overrides }}
-{{- if kindIs "map" $overrides.tenants }}
-{{- range $tenant := keys $overrides.tenants | sortAlpha }}
-{{- $sec := index $overrides.tenants $tenant }}
-{{- if and (kindIs "map" $sec) (kindIs "slice" $sec.labels) }}
-{{- range $i, $rule := $sec.labels }}
-{{- if and (kindIs "map" $rule) (hasKey $rule "max_probes") }}
-{{- $msgs = append $msgs (printf "policy: policy.overrides.tenants.%s.labels[%d] sets max_probes, which cooldownd accepts per tenant only (it fixes a connection's lease keys) and would refuse to start; move it to policy.overrides.tenants.%s.max_probes or remove it" $tenant $i $tenant) }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
-{{- end }}
 {{- /* policies.yaml as rendered (toYaml plus the block scalar's final newline); a ConfigMap's data,
 keys included, and cooldownd's policy file are each limited to 1 MiB. */}}
 {{- $size := add1 (len (toYaml $overrides)) }}
@@ -463,83 +451,48 @@ as a float. The schema has already checked the form, so this only adds up the nu
 {{- end }}
 
 {{/*
-Every value cooldownd's breaker.Policy.Validate refuses (internal/breaker/policy.go), so the chart
-fails at lint/template time instead of rendering pods that crash-loop. Takes a dict with "p", the
-policy in the policy file's snake_case keys, and "names", the display name of each key (the value
-to change); returns one problem per line.
+What cooldownd's breaker.Policy.Validate refuses (internal/breaker/policy.go) that values.schema.json
+cannot say, so the chart fails at lint/template time instead of rendering pods that crash-loop. The
+schema, generated from internal/breaker/knobs.go, holds every rule on one value: each knob's bounds,
+a rate's or budget's basis point, the throttle's K, a positive open_base and lease_ttl, a switch's
+type, max_probes per tenant only (decision 0046). Left here: a span's upper bound and whole
+milliseconds (a Go duration is a sum of parts, 1h30m = 90m, which no pattern adds up), and the rules
+between knobs, on every policy the server resolves (a knob's value may come from another section).
+Takes a dict with "p", the policy in the policy file's snake_case keys, and "names", the display name
+of each key (the value to change); returns one problem per line.
 */}}
 {{- define "cooldownd.policyProblems" -}}
 {{- $p := .p }}
 {{- $n := .names }}
-{{- $maxMs := 604800000.0 }}{{/* breaker.MaxDuration, 7 days */}}
+{{- $maxMs := include "cooldownd.maxDurationMs" . | float64 }}
 {{- $ms := dict }}
-{{- range $k := list "window" "open_base" "open_max" "rate_limit_cooldown" "overload_floor" "quota_block" "auth_block" "lease_ttl" "fleet_window" }}
+{{- range $k, $knob := include "cooldownd.policyKnobs" . | fromYaml }}
+{{- if eq $knob.kind "span" }}
 {{- $v := include "cooldownd.durationMs" (index $p $k) | float64 }}
 {{- $_ := set $ms $k $v }}
 {{- if gt $v $maxMs }}
-{{ index $n $k }} must be at most 168h (7 days), got {{ index $p $k }}
+{{ index $n $k }} must be at most {{ include "cooldownd.maxDuration" $ }}, got {{ index $p $k }}
 {{- else if ne $v (floor $v) }}
 {{ index $n $k }} must be whole milliseconds, got {{ index $p $k }}
 {{- end }}
 {{- end }}
-{{- $cf := index $p "consecutive_failures" | float64 }}
-{{- if or (lt $cf 0.0) (gt $cf 100000.0) }}
-{{ $n.consecutive_failures }} must be in [0, 100000] (0 disables the rule), got {{ index $p "consecutive_failures" }}
 {{- end }}
-{{- $fr := index $p "failure_rate" | float64 }}
-{{- if or (lt $fr 0.0) (gt $fr 1.0) }}
-{{ $n.failure_rate }} must be in (0, 1] or 0 to disable the rule, got {{ index $p "failure_rate" }}
-{{- else if and (gt $fr 0.0) (lt (round (mulf $fr 10000) 0) 1.0) }}
-{{ $n.failure_rate }} must be at least 0.0001 (one basis point) or 0 to disable the rule, got {{ index $p "failure_rate" }}
+{{- $maxWindowMs := include "cooldownd.maxWindowMs" . | float64 }}
+{{- $maxWindow := include "cooldownd.maxWindow" . }}
+{{- if gt (index $p "failure_rate" | float64) 0.0 }}
+{{- if lt (index $p "min_calls" | float64) 1.0 }}
+{{ $n.min_calls }} must be in [1, {{ include "cooldownd.maxCount" . }}] while {{ $n.failure_rate }} is on, got {{ index $p "min_calls" }}
 {{- end }}
-{{- if gt $fr 0.0 }}
-{{- $mc := index $p "min_calls" | float64 }}
-{{- if or (lt $mc 1.0) (gt $mc 100000.0) }}
-{{ $n.min_calls }} must be in [1, 100000] while {{ $n.failure_rate }} is on, got {{ index $p "min_calls" }}
-{{- end }}
-{{- if or (lt $ms.window 1.0) (gt $ms.window 600000.0) }}
-{{ $n.window }} must be in [1ms, 10m] while {{ $n.failure_rate }} is on, got {{ index $p "window" }}
+{{- if or (lt $ms.window 1.0) (gt $ms.window $maxWindowMs) }}
+{{ $n.window }} must be in [1ms, {{ $maxWindow }}] while {{ $n.failure_rate }} is on, got {{ index $p "window" }}
 {{- end }}
 {{- end }}
-{{- if le $ms.open_base 0.0 }}
-{{ $n.open_base }} must be positive, got {{ index $p "open_base" }}
-{{- else if lt $ms.open_max $ms.open_base }}
+{{- if and (gt $ms.open_base 0.0) (lt $ms.open_max $ms.open_base) }}
 {{ $n.open_max }} ({{ index $p "open_max" }}) must be at least {{ $n.open_base }} ({{ index $p "open_base" }})
 {{- end }}
-{{- $j := index $p "jitter" | float64 }}
-{{- if or (lt $j 0.0) (ge $j 1.0) }}
-{{ $n.jitter }} must be in [0, 1), got {{ index $p "jitter" }}
-{{- end }}
-{{- $mp := index $p "max_probes" | float64 }}
-{{- if or (lt $mp 1.0) (gt $mp 16.0) }}
-{{ $n.max_probes }} must be in [1, 16], got {{ index $p "max_probes" }}
-{{- end }}
-{{- if lt $ms.lease_ttl 1.0 }}
-{{ $n.lease_ttl }} must be at least 1ms, got {{ index $p "lease_ttl" }}
-{{- end }}
-{{- $rb := index $p "retry_budget" | float64 }}
-{{- if or (lt $rb 0.0) (gt $rb 1.0) }}
-{{ $n.retry_budget }} must be in [0, 1] (0 disables the budget), got {{ index $p "retry_budget" }}
-{{- else if and (gt $rb 0.0) (lt (round (mulf $rb 10000) 0) 1.0) }}
-{{ $n.retry_budget }} must be at least 0.0001 (one basis point) or 0 to disable the budget, got {{ index $p "retry_budget" }}
-{{- end }}
-{{- $rbm := index $p "retry_budget_min" | float64 }}
-{{- if or (lt $rbm 0.0) (gt $rbm 1000.0) }}
-{{ $n.retry_budget_min }} must be in [0, 1000], got {{ index $p "retry_budget_min" }}
-{{- end }}
-{{- $k := index $p "throttle_k" | float64 }}
-{{- if or (lt $k 0.0) (gt $k 10.0) (and (gt $k 0.0) (lt $k 1.0)) }}
-{{ $n.throttle_k }} must be 0 (off) or in [1, 10], got {{ index $p "throttle_k" }}
-{{- end }}
-{{- $q := index $p "trip_quorum" | float64 }}
-{{- if or (lt $q 0.0) (gt $q 16.0) }}
-{{ $n.trip_quorum }} must be in [0, 16] (0 or 1: any one reporter), got {{ index $p "trip_quorum" }}
-{{- end }}
-{{- if and (or (gt $rb 0.0) (gt $k 0.0) (gt $q 1.0)) (or (lt $ms.fleet_window 1.0) (gt $ms.fleet_window 600000.0)) }}
-{{ $n.fleet_window }} must be in [1ms, 10m] while {{ $n.retry_budget }}, {{ $n.throttle_k }} or {{ $n.trip_quorum }} is on, got {{ index $p "fleet_window" }}
-{{- end }}
-{{- if not (kindIs "bool" (index $p "shadow")) }}
-{{ $n.shadow }} must be true or false, got {{ index $p "shadow" }}
+{{- $fleetRules := or (gt (index $p "retry_budget" | float64) 0.0) (gt (index $p "throttle_k" | float64) 0.0) (gt (index $p "trip_quorum" | float64) 1.0) }}
+{{- if and $fleetRules (or (lt $ms.fleet_window 1.0) (gt $ms.fleet_window $maxWindowMs)) }}
+{{ $n.fleet_window }} must be in [1ms, {{ $maxWindow }}] while {{ $n.retry_budget }}, {{ $n.throttle_k }} or {{ $n.trip_quorum }} is on, got {{ index $p "fleet_window" }}
 {{- end }}
 {{- end }}
 
@@ -550,12 +503,11 @@ them (internal/policy): label rule over tenant over default over the flags. One 
 */}}
 {{- define "cooldownd.allPolicyProblems" -}}
 {{- $v := .Values.policy }}
-{{- $flags := dict "consecutive_failures" "consecutiveFailures" "failure_rate" "failureRate" "min_calls" "minCalls" "window" "window" "open_base" "openBase" "open_max" "openMax" "jitter" "jitter" "rate_limit_cooldown" "rateLimitCooldown" "overload_floor" "overloadFloor" "quota_block" "quotaBlock" "auth_block" "authBlock" "max_probes" "maxProbes" "lease_ttl" "leaseTTL" "retry_budget" "retryBudget" "retry_budget_min" "retryBudgetMin" "throttle_k" "throttleK" "trip_quorum" "tripQuorum" "fleet_window" "fleetWindow" "shadow" "shadow" }}
 {{- $base := dict }}
 {{- $names := dict }}
-{{- range $snake, $camel := $flags }}
-{{- $_ := set $base $snake (index $v $camel) }}
-{{- $_ = set $names $snake (printf "policy.%s" $camel) }}
+{{- range $snake, $knob := include "cooldownd.policyKnobs" . | fromYaml }}
+{{- $_ := set $base $snake (index $v $knob.value) }}
+{{- $_ = set $names $snake (printf "policy.%s" $knob.value) }}
 {{- end }}
 {{- $seen := dict }}
 {{- range $line := include "cooldownd.policyProblems" (dict "p" $base "names" $names) | trim | splitList "\n" }}
@@ -575,7 +527,7 @@ them (internal/policy): label rule over tenant over default over the flags. One 
 {{- $tp := include "cooldownd.policyLayer" (dict "where" (printf "policy.overrides.tenants.%s" $tenant) "over" $def "set" (omit $sec "labels")) | fromYaml }}
 {{- $sections = append $sections $tp }}
 {{- range $i, $rule := ($sec.labels | default list) }}
-{{- $sections = append $sections (include "cooldownd.policyLayer" (dict "where" (printf "policy.overrides.tenants.%s.labels[%d]" $tenant $i) "over" $tp "set" (omit $rule "match" "max_probes")) | fromYaml) }}
+{{- $sections = append $sections (include "cooldownd.policyLayer" (dict "where" (printf "policy.overrides.tenants.%s.labels[%d]" $tenant $i) "over" $tp "set" (omit $rule "match")) | fromYaml) }}
 {{- end }}
 {{- end }}
 {{- range $sections }}
@@ -625,3 +577,50 @@ before the kernel's OOM killer is reached (the remaining 10 % covers non-heap me
 {{- define "cooldownd.gomemlimit" -}}
 {{- include "cooldownd.memoryBytes" . | float64 | mulf 0.9 | floor | int64 }}
 {{- end }}
+
+{{- /* policy-knobs:begin: generated from internal/breaker by go run ./tools/knobdoc (make generate); do not edit */}}
+{{/*
+The policy knobs (internal/breaker/knobs.go), in YAML: each policy-file key with its chart value
+(policy.<value>) and its kind (count, ratio, span, switch).
+*/}}
+{{- define "cooldownd.policyKnobs" -}}
+consecutive_failures: {value: consecutiveFailures, kind: count}
+failure_rate: {value: failureRate, kind: ratio}
+min_calls: {value: minCalls, kind: count}
+window: {value: window, kind: span}
+open_base: {value: openBase, kind: span}
+open_max: {value: openMax, kind: span}
+jitter: {value: jitter, kind: ratio}
+rate_limit_cooldown: {value: rateLimitCooldown, kind: span}
+overload_floor: {value: overloadFloor, kind: span}
+quota_block: {value: quotaBlock, kind: span}
+auth_block: {value: authBlock, kind: span}
+max_probes: {value: maxProbes, kind: count}
+lease_ttl: {value: leaseTTL, kind: span}
+retry_budget: {value: retryBudget, kind: ratio}
+retry_budget_min: {value: retryBudgetMin, kind: count}
+throttle_k: {value: throttleK, kind: ratio}
+trip_quorum: {value: tripQuorum, kind: count}
+fleet_window: {value: fleetWindow, kind: span}
+shadow: {value: shadow, kind: switch}
+{{- end }}
+
+{{/*
+The breaker's limits (internal/breaker/policy.go): MaxDuration, MaxWindow (in ms and as written) and MaxCount.
+*/}}
+{{- define "cooldownd.maxDurationMs" -}}
+604800000
+{{- end }}
+{{- define "cooldownd.maxDuration" -}}
+168h (7 days)
+{{- end }}
+{{- define "cooldownd.maxWindowMs" -}}
+600000
+{{- end }}
+{{- define "cooldownd.maxWindow" -}}
+10m
+{{- end }}
+{{- define "cooldownd.maxCount" -}}
+100000
+{{- end }}
+{{- /* policy-knobs:end */}}
