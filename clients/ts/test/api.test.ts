@@ -31,10 +31,10 @@ test("the public entry's declarations match api/client.api.md", () => {
 /** Edits of a copy of the emitted declarations; each must (or, a doc comment, must not) change the report. */
 const edits: { name: string; file: string; from: string; to: string; changed: boolean | "error"; shows?: string }[] = [
   { name: "an export removed", file: "index.d.ts", from: "Client, allowed, ", to: "Client, ", changed: true, shows: "allowed" },
-  { name: "an option's type changed", file: "client.d.ts", from: "maxRetries?: number;", to: "maxRetries?: string;", changed: true, shows: "maxRetries?: string" },
-  { name: "an internal type reaching the public surface", file: "client.d.ts", from: "failMode?: FailMode;",
+  { name: "an option's type changed", file: "options.d.ts", from: "maxRetries?: number;", to: "maxRetries?: string;", changed: true, shows: "maxRetries?: string" },
+  { name: "an internal type reaching the public surface", file: "options.d.ts", from: "failMode?: FailMode;",
     to: "failMode?: import(\"./breaker.js\").Phase;", changed: "error", shows: "Phase" },
-  { name: "a doc comment added (not an API change)", file: "client.d.ts", from: "backoffCapMs?: number;",
+  { name: "a doc comment added (not an API change)", file: "options.d.ts", from: "backoffCapMs?: number;",
     to: "/** The backoff's cap. */\n    backoffCapMs?: number;", changed: false },
 ];
 
