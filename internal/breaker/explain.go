@@ -502,7 +502,10 @@ func plural(n int, one, many string) string {
 // span writes a length of time as a policy states it: 500ms, 10s, 1m30s, 1h.
 func span(msv int64) string {
 	d := time.Duration(msv) * time.Millisecond
-	if d >= time.Second {
+	switch {
+	case d >= time.Minute:
+		d = d.Round(time.Second)
+	case d >= time.Second:
 		d = d.Round(100 * time.Millisecond)
 	}
 	s := d.String()

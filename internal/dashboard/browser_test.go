@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -228,13 +229,19 @@ func dashboardAt(t *testing.T, width int64) {
 	assert.Contains(t, eval[string](t, ctx, `document.querySelector('`+rowSel(forced)+` .c-state').textContent`), "forced")
 	// Each row says why, in words.
 	assert.Equal(t, "quota", eval[string](t, ctx, text(rowSel(quota)+` .c-why .cause`)))
-	waitFor(t, ctx, "the quota row explains itself", text(rowSel(quota)+` .c-why .why-text`)+` === 'quota exhausted from a 429 (insufficient_quota): blocked 1h'`)
-	assert.Equal(t, "forced open by an operator", eval[string](t, ctx, text(rowSel(forced)+` .c-why .why-text`)))
-	// Severity order by default: open (quota before a rate limit), then
-	// forced, then healthy.
+	// The server explains each row (ConnectionState.explanation); the page
+	// only displays it.
+	waitFor(t, ctx, "the quota row explains itself", text(rowSel(quota)+` .c-why .why-text`)+` === 'quota exhausted (429) insufficient_quota: blocked for 1h'`)
+	// A forced state's operator and reason are in its row, not only in the
+	// detail view.
+	assert.Equal(t, "forced", eval[string](t, ctx, text(rowSel(forced)+` .c-why .cause`)))
+	assert.Equal(t, "forced open by oncall: provider maintenance", eval[string](t, ctx, text(rowSel(forced)+` .c-why .why-text`)))
+	// Severity order by default: open (quota first; forced open with the
+	// open ones), then half-open, failing, healthy.
 	order := eval[[]string](t, ctx, `[...document.querySelectorAll('#rows tr')].map(r => r.dataset.id)`)
 	require.Len(t, order, rows)
-	assert.Equal(t, hex.EncodeToString(quota), order[0], "an exhausted quota is the most severe")
+	assert.Equal(t, []string{hex.EncodeToString(quota), hex.EncodeToString(forced), hex.EncodeToString(probing), hex.EncodeToString(flaky)}, order[:4],
+		"an exhausted quota, the forced open, the rate-limited one (open or half-open), the failing one")
 	// Admin actions live in the detail view only.
 	assert.Equal(t, 0, eval[int](t, ctx, `document.querySelectorAll('#rows [data-action]').length`))
 	// No tenant column for one tenant.
@@ -251,6 +258,9 @@ func dashboardAt(t *testing.T, width int64) {
 	require.NoError(t, err)
 	require.Equal(t, cooldownv1.Decision_DECISION_ALLOW_PROBE, adm.Msg.GetDecision())
 	waitFor(t, ctx, "the probing row turns half-open with its probe", rowState(probing)+` === 'half-open' && document.querySelector('`+rowSel(probing)+` .c-probe').textContent.startsWith('1 · ')`)
+	// The cause that opened it is in the row.
+	waitFor(t, ctx, "the half-open row says what opened it", text(rowSel(probing)+` .c-why .why-text`)+` === 'recovering from a rate-limit cooldown: 1 probe lease out'`)
+	assert.Equal(t, "after rate limit", eval[string](t, ctx, text(rowSel(probing)+` .c-why .cause`)))
 
 	// Drive the target open through the API; the row follows without a
 	// reload.
@@ -267,7 +277,7 @@ func dashboardAt(t *testing.T, width int64) {
 	require.Regexp(t, `^[23]\ds$`, first)
 	waitFor(t, ctx, "time left counts down", left+` !== '`+first+`'`)
 
-	assert.Equal(t, "Retry-After 30s from a 429", eval[string](t, ctx, text(rowSel(target)+` .c-why .why-text`)))
+	assert.Equal(t, "rate limited (429): Retry-After 30s", eval[string](t, ctx, text(rowSel(target)+` .c-why .why-text`)))
 
 	// A breaker trip: the page sees the consecutive failures build up, then
 	// says which rule tripped.
@@ -278,10 +288,11 @@ func dashboardAt(t *testing.T, width int64) {
 	for i := range 3 {
 		report(rctx, t, app, breaker, breakerLabel, cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 502+uint32(i%2), "", 0)
 	}
-	waitFor(t, ctx, "the row counts toward the trip", text(rowSel(breaker)+` .c-why .why-text`)+` === '4 of 5 consecutive failures to trip'`)
+	waitFor(t, ctx, "the row counts toward the trip", text(rowSel(breaker)+` .c-why .why-text`)+`.startsWith('4 of 5 consecutive failures, ')`)
+	assert.True(t, strings.HasSuffix(eval[string](t, ctx, text(rowSel(breaker)+` .c-why .why-text`)), ", the next failure trips the breaker"))
 	report(rctx, t, app, breaker, breakerLabel, cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 503, "", 0)
-	waitFor(t, ctx, "the row says why it tripped", rowState(breaker)+` === 'open' && `+text(rowSel(breaker)+` .c-why .why-text`)+`.startsWith('5 consecutive failures, open ')`)
-	assert.Contains(t, eval[string](t, ctx, text(rowSel(breaker)+` .c-why .why-text`)), "(last: 503)")
+	waitFor(t, ctx, "the row says why it tripped", rowState(breaker)+` === 'open' && `+text(rowSel(breaker)+` .c-why .why-text`)+
+		`.startsWith('5 consecutive failures or a failure rate of 50% over 1m tripped the breaker, open for ')`) // 2m, ± 10 % jitter
 
 	// The detail view: why, the effective policy, the timeline this page
 	// built, and the actions; ids fit on a line at any width.
@@ -396,6 +407,23 @@ func dashboardAt(t *testing.T, width int64) {
 	took = waitFor(t, ctx, "the row turns open after the restart", rowState(target)+` === 'open'`)
 	t.Logf("open shown %v after the report, after a restart", took.Round(time.Millisecond))
 
+	// Each connection has a URL: the row links to it, opening the detail
+	// view puts it in the address bar, and loading it opens the connection.
+	frag := "#/c/" + hex.EncodeToString(breaker)
+	assert.Equal(t, frag, eval[string](t, ctx, `document.querySelector('`+rowSel(breaker)+` .c-id a').getAttribute('href')`))
+	openRow(t, ctx, breaker)
+	waitFor(t, ctx, "the address names the open connection", `document.getElementById('detail').open && location.hash === '`+frag+`'`)
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "closing it clears the address", `!document.getElementById('detail').open && location.hash === ''`)
+	act(t, ctx, chromedp.Navigate(srv.URL+"/?from=alert"+frag)) // a fresh load, as from an alert's link
+	waitFor(t, ctx, "the link opens the connection", `document.getElementById('detail').open && document.getElementById('detail-title').textContent === '`+breakerLabel+`'`)
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
+	act(t, ctx, chromedp.Click(chromedp.CSS(rowSel(gpt)+` .c-id a`)))
+	waitFor(t, ctx, "the row's link opens its connection", `document.getElementById('detail').open && document.getElementById('detail-title').textContent === 'openai gpt-4o …a1b2'`)
+	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
+	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
+
 	// A viewer sees the same table and no admin buttons.
 	act(t, ctx, chromedp.Click(chromedp.ID("signout")))
 	act(t, ctx, chromedp.WaitVisible(chromedp.ID("token-input")),
@@ -479,7 +507,7 @@ func TestDashboardOperator(t *testing.T) {
 	assert.Equal(t, "acme", eval[string](t, ctx, text(rowSel(acme)+` .c-tenant`)))
 	assert.NotEqual(t, "none", eval[string](t, ctx, `getComputedStyle(document.querySelector('th.c-tenant')).display`), "the tenant column is shown")
 	assert.Equal(t, hex.EncodeToString(beta), eval[string](t, ctx, `document.querySelector('#rows tr').dataset.id`), "a rejected credential first")
-	waitFor(t, ctx, "the auth row explains itself", text(rowSel(beta)+` .c-why .why-text`)+` === 'credential rejected from a 401: blocked 5m'`)
+	waitFor(t, ctx, "the auth row explains itself", text(rowSel(beta)+` .c-why .why-text`)+` === 'credential rejected (401): blocked for 5m'`)
 	openRow(t, ctx, beta)
 	waitFor(t, ctx, "the beta row's detail, read from its tenant", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('Auth block') && document.querySelectorAll('#detail-history tr').length >= 1 && !document.getElementById('detail-history').textContent.includes('Loading')`)
 	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fields').innerText`), otherTenant)

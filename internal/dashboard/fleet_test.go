@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,9 @@ type fleetEdits struct {
 	shadow map[string]bool                       // hex id → shadow policy
 	fleet  map[string]*cooldownv1.FleetCounts    // hex id → counts
 	policy map[string]func(p *cooldownv1.Policy) // hex id → policy edit
+	// explain is what the server explains of those counts and policies,
+	// while the connection is closed (then the server's own explanation).
+	explain map[string]*cooldownv1.Explanation // hex id → explanation
 }
 
 func (e *fleetEdits) state(c *cooldownv1.ConnectionState) {
@@ -49,6 +53,9 @@ func (e *fleetEdits) state(c *cooldownv1.ConnectionState) {
 	}
 	if f := e.fleet[id]; f != nil {
 		c.Fleet = proto.CloneOf(f)
+	}
+	if x := e.explain[id]; x != nil && (c.GetState() == cooldownv1.State_STATE_CLOSED || x.GetSeverity() < 10) {
+		c.Explanation = proto.CloneOf(x)
 	}
 }
 
@@ -217,6 +224,7 @@ func fleetRulesAt(t *testing.T, width int64) {
 	report(rctx, t, app, shadowLive, "mistral large (shadow) …8b1e", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, "", 0)
 	report(rctx, t, app, quiet, "azure gpt-4o-mini …3d9a", cooldownv1.Outcome_OUTCOME_SUCCESS, 200, "", 0)
 	hx := func(id []byte) string { return fmt.Sprintf("%x", id) }
+	const shadowText = "shadow mode: the policy's denials are not enforced, calls are allowed"
 	shadowPolicy := func(p *cooldownv1.Policy) { p.Shadow = true }
 	ed := &fleetEdits{
 		shadow: map[string]bool{hx(shadowOpen): true, hx(shadowLive): true},
@@ -224,6 +232,14 @@ func fleetRulesAt(t *testing.T, width int64) {
 			hx(throttled):  {FirstAttempts: 120, Retries: 25, Requests: 140, Accepts: 30, ThrottleProbability: 0.352, FailureReporters: 1},
 			hx(quiet):      {}, // as with every fleet rule off: no counts kept
 			hx(shadowLive): {Requests: 10, ThrottleProbability: 0.5},
+		},
+		explain: map[string]*cooldownv1.Explanation{
+			hx(shadowOpen): {Severity: 5, Reasons: []string{"rate limited (429): Retry-After 10m", shadowText}},
+			hx(shadowLive): {Severity: 30, ThrottleProbability: 0.5, Throttling: true, Reasons: []string{"would throttle 50% of calls (throttled)", shadowText}},
+			// max(0/s × 30 s, 20 % × 120) = 24 retries allowed; 25 are spent.
+			hx(throttled): {Severity: 30, ThrottleProbability: 0.352, Throttling: true, QuorumReporters: 1, QuorumNeeded: 2,
+				RetryBudget: &cooldownv1.RetryBudget{Retries: 25, Allowed: 24},
+				Reasons:     []string{"throttling 35.2% of calls (throttled)", "retry budget spent (25 of 24 retries over 30s): retries are denied (retry_budget)"}},
 		},
 		policy: map[string]func(p *cooldownv1.Policy){
 			hx(shadowOpen): shadowPolicy,
@@ -250,13 +266,13 @@ func fleetRulesAt(t *testing.T, width int64) {
 	assert.Equal(t, "shadow", eval[string](t, ctx, shadowTag(shadowLive)))
 	assert.Empty(t, eval[string](t, ctx, shadowTag(throttled)))
 	assert.Empty(t, eval[string](t, ctx, shadowTag(plain)))
+	// Each row shows the server's explanation, reasons most severe first.
 	waitFor(t, ctx, "the shadow row says it is not enforced",
-		text(rowSel(shadowOpen)+` .c-why .why-text`)+` === 'Retry-After 10m from a 429 — shadow: not enforced, calls are allowed'`)
+		text(rowSel(shadowOpen)+` .c-why .why-text`)+` === `+strconv.Quote("rate limited (429): Retry-After 10m; "+shadowText))
 	waitFor(t, ctx, "the closed shadow row says what it would throttle, not enforced",
-		text(rowSel(shadowLive)+` .c-why .why-text`)+` === 'would throttle 50 % of calls (throttled) — shadow: the policy’s denials are not enforced'`)
-	// max(0/s × 30 s, 20 % × 120) = 24 retries allowed; 25 are spent.
+		text(rowSel(shadowLive)+` .c-why .why-text`)+` === `+strconv.Quote("would throttle 50% of calls (throttled); "+shadowText))
 	waitFor(t, ctx, "the throttled row names the fleet rules that deny",
-		text(rowSel(throttled)+` .c-why .why-text`)+` === 'throttling 35.2 % of calls (denied: throttled); retry budget spent (25 of 24 retries over 30s): retries denied (retry_budget), callers fall back'`)
+		text(rowSel(throttled)+` .c-why .why-text`)+` === 'throttling 35.2% of calls (throttled); retry budget spent (25 of 24 retries over 30s): retries are denied (retry_budget)'`)
 	assert.Equal(t, "—", eval[string](t, ctx, text(rowSel(plain)+` .c-why .why-text`)))
 	assert.Equal(t, "—", eval[string](t, ctx, text(rowSel(quiet)+` .c-why .why-text`)))
 	order := eval[[]string](t, ctx, `[...document.querySelectorAll('#rows tr')].map(r => r.dataset.id)`)
@@ -288,7 +304,7 @@ func fleetRulesAt(t *testing.T, width int64) {
 		"Fleet window\n30s", "Shadow\noff"} {
 		assert.Contains(t, pol, want)
 	}
-	assert.Contains(t, eval[string](t, ctx, text(`#detail-why`)), "Closed, throttling 35.2 % of calls (denied: throttled)")
+	assert.Contains(t, eval[string](t, ctx, text(`#detail-why`)), "Closed, throttling 35.2% of calls (throttled)")
 	noOverflow(t, ctx, "the detail view with the fleet counts")
 	act(t, ctx, chromedp.Click(chromedp.ID("detail-close")))
 	waitFor(t, ctx, "the detail view closes", `!document.getElementById('detail').open`)
@@ -301,7 +317,7 @@ func fleetRulesAt(t *testing.T, width int64) {
 	first := eval[float64](t, ctx, `parseFloat([...document.querySelectorAll('#detail-fleet dt')].find(d => d.textContent === 'First attempts').nextElementSibling.textContent)`)
 	assert.True(t, first > 0 && first <= 1, "one first attempt reported, got %v", first)
 	fleet = eval[string](t, ctx, `document.getElementById('detail-fleet').innerText`)
-	assert.Contains(t, fleet, "Retries\n0 of 90 allowed\n")
+	assert.Contains(t, fleet, "Retries\n0 of 90 allowed, 90 left\n")
 	pol = eval[string](t, ctx, `document.getElementById('detail-policy').innerText`)
 	for _, want := range []string{"Retry budget\n20 % of first attempts", "Retry budget min\n3 retries/s", "Throttle K\noff",
 		"Trip quorum\noff (any one reporter)", "Fleet window\n30s", "Shadow\noff"} {
@@ -327,7 +343,7 @@ func fleetRulesAt(t *testing.T, width int64) {
 	// transition marked shadow.
 	openRow(t, ctx, shadowOpen)
 	waitFor(t, ctx, "the shadow detail view with its history", `document.getElementById('detail').open && document.getElementById('detail-policy').textContent.includes('Shadow') && !!document.querySelector('#detail-history .tag.shadow')`)
-	assert.Equal(t, "Open: Retry-After 10m from a 429 — shadow: not enforced, calls are allowed.", eval[string](t, ctx, text(`#detail-why`)))
+	assert.Equal(t, "Open: rate limited (429): Retry-After 10m; "+shadowText+".", eval[string](t, ctx, text(`#detail-why`)))
 	assert.Equal(t, "shadow", eval[string](t, ctx, text(`#detail-fields .tag.shadow`)))
 	fields := eval[string](t, ctx, `document.getElementById('detail-fields').innerText`)
 	assert.Contains(t, fields, "Shadow\nyes: this state is not enforced, calls are allowed")
@@ -341,7 +357,7 @@ func fleetRulesAt(t *testing.T, width int64) {
 	// the timeline marks it not enforced.
 	report(rctx, t, app, shadowLive, "mistral large (shadow) …8b1e", cooldownv1.Outcome_OUTCOME_OVERLOADED, 529, "overloaded_error", 0)
 	waitFor(t, ctx, "the shadow row turns open", rowState(shadowLive)+` === 'open' && `+shadowTag(shadowLive)+` === 'shadow'`)
-	waitFor(t, ctx, "its why says not enforced", text(rowSel(shadowLive)+` .c-why .why-text`)+`.endsWith('— shadow: not enforced, calls are allowed')`)
+	waitFor(t, ctx, "its why is the server's", text(rowSel(shadowLive)+` .c-why .why-text`)+`.startsWith('overloaded (529): cooling down for ')`)
 	openRow(t, ctx, shadowLive)
 	waitFor(t, ctx, "the live shadow transition in the timeline", `document.getElementById('detail').open && document.getElementById('detail-events').innerText.includes('closed → open (overload) after a 529 overloaded [shadow: not enforced]')`)
 	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fleet').innerText`), "Throttle probability\n50 % (applies once closed)")
@@ -379,13 +395,13 @@ func shadowPolicyAt(t *testing.T, width int64) {
 		chromedp.SendKeys(chromedp.ID("token-input"), viewerToken),
 		chromedp.Click(chromedp.ID("token-submit")))
 	waitFor(t, ctx, "the closed shadow row", rowState(id)+` === 'closed' && `+text(rowSel(id)+` .c-state .tag.shadow`)+` === 'shadow'`)
-	waitFor(t, ctx, "its why says its denials are not enforced", text(rowSel(id)+` .c-why .why-text`)+`.endsWith('shadow: the policy’s denials are not enforced')`)
+	waitFor(t, ctx, "its why says its denials are not enforced", text(rowSel(id)+` .c-why .why-text`)+` === "shadow mode: the policy's denials are not enforced, calls are allowed"`)
 
 	for i := range 5 {
 		report(rctx, t, app, id, label, cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, 502+uint32(i%2), "", 0)
 	}
 	waitFor(t, ctx, "the shadow trip shows open and not enforced", rowState(id)+` === 'open' && `+text(rowSel(id)+` .c-state .tag.shadow`)+` === 'shadow' && `+
-		text(rowSel(id)+` .c-why .why-text`)+`.startsWith('5 consecutive failures') && `+text(rowSel(id)+` .c-why .why-text`)+`.endsWith('— shadow: not enforced, calls are allowed')`)
+		text(rowSel(id)+` .c-why .why-text`)+`.startsWith('5 consecutive failures') && `+text(rowSel(id)+` .c-why .why-text`)+`.endsWith("; shadow mode: the policy's denials are not enforced, calls are allowed")`)
 	adm, err := app.Admit(rctx, connect.NewRequest(&cooldownv1.AdmitRequest{Candidates: []*cooldownv1.Connection{{Id: id}}}))
 	require.NoError(t, err)
 	assert.Equal(t, cooldownv1.Decision_DECISION_ALLOW, adm.Msg.GetDecision(), "a shadow policy denies nothing")
@@ -395,7 +411,7 @@ func shadowPolicyAt(t *testing.T, width int64) {
 	openRow(t, ctx, id)
 	waitFor(t, ctx, "the detail view with the shadow transition", `document.getElementById('detail').open && !!document.querySelector('#detail-history .tag.shadow') && document.getElementById('detail-policy').textContent.includes('Shadow')`)
 	assert.True(t, strings.HasPrefix(eval[string](t, ctx, text(`#detail-why`)), "Open: 5 consecutive failures"))
-	assert.Contains(t, eval[string](t, ctx, text(`#detail-why`)), "shadow: not enforced, calls are allowed.")
+	assert.Contains(t, eval[string](t, ctx, text(`#detail-why`)), "shadow mode: the policy's denials are not enforced, calls are allowed.")
 	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-events').innerText`), "closed → open (breaker) after a 502 transient failure [shadow: not enforced]")
 	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-policy').innerText`), "Shadow\non: computed and published, not enforced")
 	assert.Contains(t, eval[string](t, ctx, `document.getElementById('detail-fields').innerText`), "Shadow\nyes: this state is not enforced, calls are allowed")

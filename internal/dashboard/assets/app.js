@@ -9,9 +9,11 @@
 // Data from the server is only ever put in the page with textContent, never
 // as HTML: labels come from applications.
 //
-// Each row says why the connection is in its state, from its ConnectionState
-// (cause, counters, last HTTP status, the open period) and, once fetched, its
-// effective policy (GetConnection). The per-connection timeline is built in
+// Each row says why the connection is in its state: the server's explanation
+// (ConnectionState.explanation, computed once by internal/breaker Explain),
+// which this page displays and never derives. A connection opens from its
+// URL, #/c/<id> (#/c/<tenant>/<id> for an operator), so an alert can link to
+// it. The per-connection timeline is built in
 // this browser from what the page has seen since it opened (the watch stream's
 // transitions and the counters of each re-read), as Hystrix's rolling view is
 // built from its stream; the server keeps only the transitions.
@@ -27,7 +29,6 @@
   const TIMELINE_MS = 10 * 60 * 1000; // the strip covers the last 10 minutes
   const TIMELINE_BUCKETS = 40; // of 15 s each
   const MAX_EVENTS = 300; // per connection, oldest dropped first
-  const POLICY_FETCHES = 4; // GetConnection calls for policies at once
   // Force closed ignores every failure: it ends by itself unless asked.
   const DEFAULT_FORCE_CLOSED = '900s';
 
@@ -35,7 +36,8 @@
 
   const state = {
     me: null,
-    rows: new Map(), // key (tenant/id hex) -> {m, el, seen, dirty, events, trip, policy}
+    rows: new Map(), // key (tenant/id hex) -> {m, el, seen, dirty, events, policy}
+    wantDetail: null, // key of the connection the URL names, until its row arrives
     offset: 0, // server clock minus local clock, ms
     sort: { key: 'severity', dir: 1 },
     filter: '',
@@ -55,8 +57,6 @@
     offlineSince: 0,
     openedAt: Date.now(),
     multiTenant: false,
-    policyQueue: [],
-    policyFetching: 0,
     ticks: 0,
     hover: false, // the pointer is over the rows: their order holds
   };
@@ -162,6 +162,38 @@
   };
 
   const stateName = (v) => STATES[v] || (v ? enumName(v, 'STATE_') : 'closed');
+
+  // ---- a connection's URL: #/c/<id>, #/c/<tenant>/<id> --------------------
+
+  function hashOf(m) {
+    return '#/c/' + (m.tenant ? encodeURIComponent(m.tenant) + '/' : '') + m.hex;
+  }
+
+  // keyOfHash is the row key a #/c/… fragment names, '' for any other.
+  function keyOfHash(h) {
+    const mt = /^#\/c\/(?:([^/]+)\/)?([0-9a-fA-F]{64})$/.exec(h || '');
+    if (!mt) return '';
+    let tenant = '';
+    try { tenant = mt[1] ? decodeURIComponent(mt[1]) : ''; } catch { return ''; }
+    return tenant + '/' + mt[2].toLowerCase();
+  }
+
+  // followHash opens the connection the URL names, now or once its row
+  // arrives; any other fragment closes the detail view.
+  function followHash() {
+    const key = keyOfHash(location.hash);
+    if (!key) {
+      state.wantDetail = null;
+      if ($('detail').open) $('detail').close();
+      return;
+    }
+    if (state.rows.has(key)) {
+      state.wantDetail = null;
+      if (state.detailId !== key || !$('detail').open) openDetail(key);
+    } else {
+      state.wantDetail = key;
+    }
+  }
   const tsMs = (t) => (t ? Date.parse(t) || 0 : 0);
   const durMs = (d) => (d ? Math.round(parseFloat(d) * 1000) || 0 : 0);
 
@@ -233,6 +265,26 @@
       updated: tsMs(cs.updatedAt),
       shadow: !!cs.shadow,
       fleet: fleetOf(cs.fleet),
+      x: explanationOf(cs.explanation),
+    };
+  }
+
+  // explanationOf reads ConnectionState.explanation: why the connection is
+  // in its state, as the server computed it. A state without one (an older
+  // server) explains nothing and sorts last.
+  function explanationOf(x) {
+    if (!x) return { reasons: [], severity: 1e6, actor: '', reason: '', openedBy: '', throttling: false, quorumNeeded: 0, quorumReporters: 0, budget: null };
+    const b = x.retryBudget;
+    return {
+      reasons: x.reasons || [],
+      severity: x.severity || 0, // protojson leaves out a zero
+      actor: x.actor || '',
+      reason: x.reason || '',
+      openedBy: enumName(x.openedBy, 'CAUSE_'),
+      throttling: !!x.throttling,
+      quorumNeeded: x.quorumNeeded || 0,
+      quorumReporters: x.quorumReporters || 0,
+      budget: b ? { retries: Number(b.retries || 0), allowed: Number(b.allowed || 0), left: Number(b.retriesLeft || 0) } : null,
     };
   }
 
@@ -280,12 +332,12 @@
       old.m = m;
       old.dirty = true;
     } else {
-      const row = { m, el: null, seen: state.gen, dirty: true, events: [], trip: null, policy: null };
+      const row = { m, el: null, seen: state.gen, dirty: true, events: [], policy: null };
       pushEvent(row, { t: serverNow(), kind: 'seen', state: m.state, cause: m.cause });
       state.rows.set(m.key, row);
     }
-    wantPolicy(state.rows.get(m.key));
     if (state.detailId === m.key) scheduleDetail();
+    if (state.wantDetail === m.key) followHash();
     scheduleRender();
   }
 
@@ -298,8 +350,7 @@
 
   // observe records what changed between two states of a row: a transition
   // (with the stream's actor and reason when it came with one) or the
-  // reports counted in between. Before a breaker trip it keeps the last
-  // closed counters, which explain the trip (the server resets them).
+  // reports counted in between.
   function observe(row, a, b, tr) {
     const now = serverNow();
     if (b.rev !== a.rev) {
@@ -309,11 +360,6 @@
           actor: (tr && tr.actor) || '', reason: (tr && tr.reason) || '', status: b.status, outcome: b.outcome,
           shadow: tr ? !!tr.shadow : b.shadow,
         });
-      }
-      if (a.state === 'closed' && b.state === 'open' && b.cause === 'breaker') {
-        row.trip = { consecutive: a.consecutive, ok: a.ok, fail: a.fail, sampled: a.updated };
-      } else if (b.state === 'closed') {
-        row.trip = null;
       }
       return;
     }
@@ -337,144 +383,16 @@
     }
   }
 
-  // ---- why: the explanation of a row ---------------------------------------
+  // ---- why: the server's explanation of a row -----------------------------
 
   const pct = (x) => (Math.round(x * 1000) / 10) + ' %';
-
-  // tripRule names the rule that tripped a breaker: from the policy and the
-  // counters this page last saw while the connection was closed (the server
-  // resets them on the trip), or the policy's rules when the page saw none.
-  function tripRule(row) {
-    const p = row.policy, t = row.trip;
-    const failures = t ? t.fail + 1 : 0, calls = t ? t.ok + t.fail + 1 : 0;
-    const consecutive = t ? t.consecutive + 1 : 0;
-    if (!p) {
-      if (t && t.consecutive > 0) return consecutive + ' consecutive failures';
-      if (t) return failures + ' of ' + calls + ' calls failed';
-      return 'transient failures';
-    }
-    const cf = p.consecutiveFailures || 0, rate = p.failureRate || 0, minCalls = p.minCalls || 0;
-    const win = fmtSpan(durMs(p.window));
-    const byCount = cf + ' consecutive failures';
-    const byRate = t ? 'failure rate ' + pct(failures / calls) + ' over ' + win + ' (' + failures + '/' + calls + ')'
-      : 'failure rate ≥ ' + pct(rate) + ' over ' + win;
-    if (rate <= 0) return byCount;
-    if (cf <= 0) return byRate;
-    if (t && consecutive >= cf) return byCount;
-    if (t && calls >= minCalls && failures / calls >= rate) return byRate;
-    return byCount + ' or ' + (t ? 'failure rate ≥ ' + pct(rate) + ' over ' + win : byRate);
-  }
 
   // num writes a fleet count (weighted, so possibly fractional) with at
   // most one decimal.
   const num = (v) => String(Math.round(v * 10) / 10);
 
-  // budgetOf is the fleet retry budget of a row now: the retries allowed
-  // over the window, max(min × window seconds, ratio × first attempts),
-  // and whether the next retry is over it. Null when the budget is off or
-  // the policy is not known yet.
-  function budgetOf(row) {
-    const p = row.policy, f = row.m.fleet;
-    if (!p || !(p.retryBudget > 0)) return null;
-    const win = durMs(p.fleetWindow);
-    const allowed = Math.max((p.retryBudgetMin || 0) * win / 1000, p.retryBudget * f.first);
-    return { allowed, spent: f.retries + 1 > allowed, win };
-  }
-
-  // fleetWhy says which fleet rule denies calls now: the adaptive throttle
-  // (reason throttled, while closed) and a spent retry budget (reason
-  // retry_budget, closed and half-open).
-  function fleetWhy(row) {
-    const m = row.m, f = m.fleet, out = [];
-    if (f.prob > 0 && m.state === 'closed' && !m.override) {
-      out.push((m.shadow ? 'would throttle ' : 'throttling ') + pct(f.prob) + ' of calls (' + (m.shadow ? '' : 'denied: ') + 'throttled)');
-    }
-    const b = budgetOf(row);
-    if (b && b.spent && m.state !== 'open' && !m.override) {
-      out.push('retry budget spent (' + num(f.retries) + ' of ' + num(b.allowed) + ' retries over ' + fmtSpan(b.win) +
-        '): retries ' + (m.shadow ? 'would be denied (retry_budget)' : 'denied (retry_budget), callers fall back'));
-    }
-    return out.join('; ');
-  }
-
-  // why explains a connection's state in a few words; for a shadow policy
-  // it says the state is not enforced (operator overrides are).
-  function why(row) {
-    const m = row.m;
-    const base = [baseWhy(row), fleetWhy(row)].filter(Boolean).join('; ');
-    if (!m.shadow) return base;
-    if (m.override) return base + ' (enforced: overrides apply in shadow mode too)';
-    if (m.state !== 'closed') return base + ' — shadow: not enforced, calls are allowed';
-    return (base ? base + ' — ' : '') + 'shadow: the policy’s denials are not enforced';
-  }
-
-  // baseWhy is why without the fleet rules and shadow mode.
-  function baseWhy(row) {
-    const m = row.m, p = row.policy;
-    const st = m.status ? ' from a ' + m.status : '';
-    const dur = m.openUntil && m.changed ? m.openUntil - m.changed : 0;
-    const d = dur > 0 ? fmtSpan(dur) : '';
-    if (m.override === 'forced open') return 'forced open by an operator';
-    if (m.override === 'forced closed') return 'forced closed by an operator: calls admitted, failures ignored';
-    if (m.state === 'open') {
-      switch (m.cause) {
-        case 'rate limit':
-          if (p && dur > 0 && Math.abs(dur - durMs(p.rateLimitCooldown)) < 1000 && m.status === 429) {
-            return 'the policy’s ' + d + ' cooldown after a 429 without Retry-After';
-          }
-          return (d ? 'Retry-After ' + d : 'rate limited') + (st || ' (rate limit hint)');
-        case 'overload': return 'overloaded' + st + (d ? ': cooling down ' + d : '') + (p && durMs(p.overloadFloor) ? ' (floor ' + fmtSpan(durMs(p.overloadFloor)) + ')' : '');
-        case 'quota': return 'quota exhausted' + st + (m.code ? ' (' + m.code + ')' : '') + (d ? ': blocked ' + d : '');
-        case 'auth': return 'credential rejected' + st + (d ? ': blocked ' + d : '');
-        case 'breaker': return tripRule(row) + (m.reopens > 1 ? '; re-open ' + m.reopens : '') + (d ? ', open ' + d : '') + (m.status ? ' (last: ' + m.status + ')' : '');
-        case 'forced': return 'forced open by an operator';
-        default: return m.cause || '';
-      }
-    }
-    if (m.state === 'half-open') {
-      return m.probes > 0 ? 'probing: ' + m.probes + ' probe lease' + (m.probes > 1 ? 's' : '') + ' out' : 'open period over: the next call probes';
-    }
-    if (m.consecutive > 0) {
-      const cf = p && p.consecutiveFailures;
-      return m.consecutive + (cf ? ' of ' + cf : '') + ' consecutive failure' + (m.consecutive > 1 ? 's' : '') + (cf ? ' to trip' : '');
-    }
-    if (m.fail > 0) return m.fail + ' failure' + (m.fail > 1 ? 's' : '') + ' since the last change';
-    return '';
-  }
-
-  // wantPolicy queues a GetConnection for the effective policy of a row that
-  // needs explaining (not closed, failing, retrying or throttled: the
-  // retry budget's allowance comes from the policy), once. First attempts
-  // alone need none: nearly every connection has them.
-  function wantPolicy(row) {
-    if (!row || row.policy || row.policyAsked) return;
-    const m = row.m;
-    if (m.state === 'closed' && !m.consecutive && !m.override && !(m.fleet.retries > 0) && !(m.fleet.prob > 0)) return;
-    row.policyAsked = true;
-    state.policyQueue.push(row.m.key);
-    pumpPolicies();
-  }
-
-  async function pumpPolicies() {
-    while (state.policyFetching < POLICY_FETCHES && state.policyQueue.length) {
-      const key = state.policyQueue.shift();
-      const row = state.rows.get(key);
-      if (!row) continue;
-      state.policyFetching++;
-      const sess = state.session;
-      getConnection(row.m, 0).then((res) => {
-        if (sess !== state.session) return;
-        if (res.policy) {
-          row.policy = res.policy;
-          row.dirty = true;
-          scheduleRender();
-        }
-      }).catch(() => { row.policyAsked = false; }).finally(() => {
-        state.policyFetching--;
-        pumpPolicies();
-      });
-    }
-  }
+  // why is the server's explanation in words, most severe first.
+  function why(row) { return row.m.x.reasons.join('; '); }
 
   function getConnection(m, historyLimit) {
     const req = { id: hexToB64(m.hex), historyLimit };
@@ -505,18 +423,11 @@
     return Number.MAX_SAFE_INTEGER;
   }
 
-  // severity: open first (a broken credential or quota before a breaker
-  // before a short cooldown), then half-open, forced, failing, healthy.
-  const CAUSE_RANK = { auth: 0, quota: 1, breaker: 2, overload: 3, 'rate limit': 4 };
-  function severity(m) {
-    let s;
-    if (m.override) s = 3000;
-    else if (m.state === 'open') s = (CAUSE_RANK[m.cause] ?? 5) * 100;
-    else if (m.state === 'half-open') s = 1000;
-    else if (m.consecutive || m.fail || m.fleet.prob > 0) s = 4000 - Math.min(m.consecutive, 99) * 10;
-    else s = 5000;
-    return s;
-  }
+  // severity is the server's rank (Explanation.severity): open first (a
+  // broken credential or quota before a breaker before a forced open
+  // before the short cooldowns), then half-open, forced closed, denied by
+  // a fleet rule, failing (the closest to a trip first), healthy.
+  function severity(m) { return m.x.severity; }
 
   const SORTS = {
     severity,
@@ -580,16 +491,21 @@
     lab.textContent = m.label || '(no label)';
     lab.classList.toggle('dim', !m.label);
     lab.title = m.label;
+    // The id links to the connection's own URL (an alert can link to it).
     const id = cell(tr, 'id');
-    id.textContent = m.short + '…';
+    const link = id.firstElementChild || id.appendChild(el('a', { class: 'link' }));
+    link.textContent = m.short + '…';
+    link.href = hashOf(m);
     id.title = m.hex;
     cell(tr, 'state').replaceChildren(badge(m));
     cell(tr, 'tenant').textContent = m.tenant;
     const w = cell(tr, 'why');
     const cause = w.querySelector('.cause');
     const text = why(row);
-    const showCause = m.state === 'open' || !!m.override;
-    cause.textContent = showCause ? (m.override ? 'forced' : m.cause || '—') : '';
+    // The cause: an open one's, a forced state's, and the one that opened a
+    // half-open connection (the reasons say it in words).
+    const showCause = m.state === 'open' || !!m.override || (m.state === 'half-open' && !!m.x.openedBy);
+    cause.textContent = !showCause ? '' : m.override ? 'forced' : m.state === 'half-open' ? 'after ' + m.x.openedBy : m.cause || '—';
     w.querySelector('.why-text').textContent = text || (showCause ? '' : '—');
     w.classList.toggle('dim', !showCause && !text);
     w.title = text;
@@ -951,15 +867,15 @@
     if (!f.any) return;
     const win = p && durMs(p.fleetWindow) > 0 ? fmtSpan(durMs(p.fleetWindow)) : '';
     $('detail-fleet-title').textContent = 'Fleet counts' + (win ? ' (last ' + win + ', every process)' : ' (every process)');
-    field(dl, 'First attempts', num(f.first));
-    const b = budgetOf(row);
+    // What each rule makes of the counts is the server's explanation.
+    const x = row.m.x, b = x.budget;
     const denied = row.m.shadow ? 'would be denied' : 'denied';
-    field(dl, 'Retries', num(f.retries) + (b ? ' of ' + num(b.allowed) + ' allowed' + (b.spent ? ': budget spent, retries ' + denied + ' (retry_budget)' : '') : ''));
+    field(dl, 'First attempts', num(f.first));
+    field(dl, 'Retries', num(f.retries) + (b ? ' of ' + num(b.allowed) + ' allowed' + (b.left === 0 ? ': budget spent, retries ' + denied + ' (retry_budget)' : ', ' + b.left + ' left') : ''));
     field(dl, 'Requests', num(f.requests));
     field(dl, 'Accepts', num(f.accepts));
-    field(dl, 'Throttle probability', pct(f.prob) + (f.prob > 0 ? (row.m.state === 'closed' && !row.m.override ? ' of calls ' + denied + ' (throttled)' : ' (applies once closed)') : ''));
-    const q = p ? p.tripQuorum || 0 : 0;
-    field(dl, 'Failure reporters', num(f.reporters) + (q > 1 ? ' of ' + q + ' to trip' : ''));
+    field(dl, 'Throttle probability', pct(f.prob) + (f.prob > 0 ? (x.throttling ? ' of calls ' + denied + ' (throttled)' : ' (applies once closed)') : ''));
+    field(dl, 'Failure reporters', num(f.reporters) + (x.quorumNeeded > 1 ? ' of ' + x.quorumNeeded + ' to trip' : ''));
   }
 
   function badgeText(m) {
@@ -1107,6 +1023,9 @@
   function openDetail(key) {
     if (!state.rows.has(key)) return;
     state.detailId = key;
+    // The address names the open connection: it can be copied or linked.
+    const h = hashOf(state.rows.get(key).m);
+    if (location.hash !== h) history.replaceState(null, '', h);
     $('detail-history').replaceChildren(el('tr', {}, el('td', { colspan: '5', class: 'dim', text: 'Loading…' })));
     $('detail-error').textContent = '';
     fillDetail();
@@ -1323,6 +1242,7 @@
       scheduleRender();
     });
     rows.addEventListener('click', (e) => {
+      if (e.target.closest('a[href^="#/c/"]')) return; // the fragment change opens it
       const tr = e.target.closest('tr[data-key]');
       if (tr) openDetail(tr.dataset.key);
     });
@@ -1350,9 +1270,11 @@
       if ($('detail').open) return;
       const key = state.detailId;
       state.detailId = null;
+      if (keyOfHash(location.hash)) history.replaceState(null, '', location.pathname + location.search);
       const row = key && state.rows.get(key);
       if (row && row.el && row.el.isConnected) row.el.focus();
     });
+    window.addEventListener('hashchange', followHash);
     $('detail').addEventListener('click', (e) => {
       if (e.target === $('detail')) $('detail').close(); // a click on the backdrop
     });
@@ -1375,6 +1297,8 @@
       if (document.visibilityState === 'visible') refreshList();
     });
 
+    // A connection's URL opens it once its row is in.
+    state.wantDetail = keyOfHash(location.hash) || null;
     setInterval(tick, TICK_MS);
     // The stream carries state changes; the counters of a connection move
     // with every report, so re-read the table now and then.
