@@ -38,12 +38,20 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
     go build -trimpath -buildvcs=false \
       -ldflags="-s -w -X github.com/cooldownd/cooldownd/cmd/internal/buildinfo.version=${VERSION} -X github.com/cooldownd/cooldownd/cmd/internal/buildinfo.revision=${REVISION}" \
       -o /out/cooldownd ./cmd/cooldownd
+# cooldown-proxy (docs/proxy.md) ships in the same image: the chart's proxy Deployment and a
+# sidecar run it with `command: ["/cooldown-proxy"]`.
+RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
+    go build -trimpath -buildvcs=false \
+      -ldflags="-s -w -X github.com/cooldownd/cooldownd/cmd/internal/buildinfo.version=${VERSION} -X github.com/cooldownd/cooldownd/cmd/internal/buildinfo.revision=${REVISION}" \
+      -o /out/cooldown-proxy ./cmd/cooldown-proxy
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION
 ARG REVISION=unknown
 LABEL org.opencontainers.image.version=$VERSION org.opencontainers.image.revision=$REVISION
 COPY --from=build /out/cooldownd /cooldownd
+COPY --from=build /out/cooldown-proxy /cooldown-proxy
 USER 65532:65532
 EXPOSE 8080
 ENTRYPOINT ["/cooldownd"]
