@@ -507,6 +507,60 @@ func (TripRule) EnumDescriptor() ([]byte, []int) {
 	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
 }
 
+// Durability says whether a report's transition reached the replicas.
+type Durability int32
+
+const (
+	// The report made no transition, or cooldownd does not wait for replicas.
+	Durability_DURABILITY_UNSPECIFIED Durability = 0
+	// The replicas cooldownd waits for acknowledged the transition.
+	Durability_DURABILITY_REPLICATED Durability = 1
+	// Applied on the master, not yet on enough replicas: a failover before
+	// they catch up may lose it. The answer stands; do not resend it.
+	Durability_DURABILITY_NOT_REPLICATED Durability = 2
+)
+
+// Enum value maps for Durability.
+var (
+	Durability_name = map[int32]string{
+		0: "DURABILITY_UNSPECIFIED",
+		1: "DURABILITY_REPLICATED",
+		2: "DURABILITY_NOT_REPLICATED",
+	}
+	Durability_value = map[string]int32{
+		"DURABILITY_UNSPECIFIED":    0,
+		"DURABILITY_REPLICATED":     1,
+		"DURABILITY_NOT_REPLICATED": 2,
+	}
+)
+
+func (x Durability) Enum() *Durability {
+	p := new(Durability)
+	*p = x
+	return p
+}
+
+func (x Durability) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Durability) Descriptor() protoreflect.EnumDescriptor {
+	return file_v1_cooldown_proto_enumTypes[7].Descriptor()
+}
+
+func (Durability) Type() protoreflect.EnumType {
+	return &file_v1_cooldown_proto_enumTypes[7]
+}
+
+func (x Durability) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Durability.Descriptor instead.
+func (Durability) EnumDescriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
+}
+
 // Connection names one provider endpoint used with one credential, as a
 // keyed hash computed by the client (see docs/keys.md). The credential
 // never leaves the calling process.
@@ -2089,7 +2143,12 @@ type ReportResponse struct {
 	// The connection's policy is in shadow mode: state OPEN is computed, not
 	// enforced, so a client must not take it as a reason to switch to
 	// another candidate at once (the next Admit allows this one again).
-	Shadow        bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Shadow bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// Whether the report's transition reached the replicas cooldownd waits
+	// for (--wait-replicas). NOT_REPLICATED: applied on the master, which
+	// had too few replicas; it stands, and a resend is neither needed nor a
+	// sign of an outage (see docs/reliability.md).
+	Durability    Durability `protobuf:"varint,8,opt,name=durability,proto3,enum=cooldown.v1.Durability" json:"durability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2171,6 +2230,13 @@ func (x *ReportResponse) GetShadow() bool {
 		return x.Shadow
 	}
 	return false
+}
+
+func (x *ReportResponse) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_UNSPECIFIED
 }
 
 // ExtendLeaseRequest extends a probe lease.
@@ -3071,7 +3137,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x05retry\x18\t \x01(\bR\x05retry\x12\x1a\n" +
 	"\breporter\x18\n" +
 	" \x01(\tR\breporter\x12'\n" +
-	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\"\x94\x02\n" +
+	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\"\xcd\x02\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
@@ -3080,7 +3146,10 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\vserver_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"serverTime\x121\n" +
 	"\x14throttle_probability\x18\x06 \x01(\x01R\x13throttleProbability\x12\x16\n" +
-	"\x06shadow\x18\a \x01(\bR\x06shadow\"\x9b\x01\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\x127\n" +
+	"\n" +
+	"durability\x18\b \x01(\x0e2\x17.cooldown.v1.DurabilityR\n" +
+	"durability\"\x9b\x01\n" +
 	"\x12ExtendLeaseRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -3192,7 +3261,12 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x15TRIP_RULE_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eTRIP_RULE_CONSECUTIVE_FAILURES\x10\x01\x12\x1a\n" +
 	"\x16TRIP_RULE_FAILURE_RATE\x10\x02\x12\x1b\n" +
-	"\x17TRIP_RULE_PROBE_FAILURE\x10\x032\x8e\x04\n" +
+	"\x17TRIP_RULE_PROBE_FAILURE\x10\x03*b\n" +
+	"\n" +
+	"Durability\x12\x1a\n" +
+	"\x16DURABILITY_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15DURABILITY_REPLICATED\x10\x01\x12\x1d\n" +
+	"\x19DURABILITY_NOT_REPLICATED\x10\x022\x8e\x04\n" +
 	"\x0fCooldownService\x12>\n" +
 	"\x05Admit\x12\x19.cooldown.v1.AdmitRequest\x1a\x1a.cooldown.v1.AdmitResponse\x12A\n" +
 	"\x06Report\x12\x1a.cooldown.v1.ReportRequest\x1a\x1b.cooldown.v1.ReportResponse\x12P\n" +
@@ -3216,7 +3290,7 @@ func file_v1_cooldown_proto_rawDescGZIP() []byte {
 	return file_v1_cooldown_proto_rawDescData
 }
 
-var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
 var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_v1_cooldown_proto_goTypes = []any{
 	(Decision)(0),                    // 0: cooldown.v1.Decision
@@ -3226,124 +3300,126 @@ var file_v1_cooldown_proto_goTypes = []any{
 	(Outcome)(0),                     // 4: cooldown.v1.Outcome
 	(Override)(0),                    // 5: cooldown.v1.Override
 	(TripRule)(0),                    // 6: cooldown.v1.TripRule
-	(*Connection)(nil),               // 7: cooldown.v1.Connection
-	(*ConnectionState)(nil),          // 8: cooldown.v1.ConnectionState
-	(*Explanation)(nil),              // 9: cooldown.v1.Explanation
-	(*TripRuleState)(nil),            // 10: cooldown.v1.TripRuleState
-	(*RetryBudget)(nil),              // 11: cooldown.v1.RetryBudget
-	(*FleetCounts)(nil),              // 12: cooldown.v1.FleetCounts
-	(*Policy)(nil),                   // 13: cooldown.v1.Policy
-	(*Transition)(nil),               // 14: cooldown.v1.Transition
-	(*AdmitRequest)(nil),             // 15: cooldown.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 16: cooldown.v1.AdmitResponse
-	(*CandidateDecision)(nil),        // 17: cooldown.v1.CandidateDecision
-	(*ReportRequest)(nil),            // 18: cooldown.v1.ReportRequest
-	(*ReportResponse)(nil),           // 19: cooldown.v1.ReportResponse
-	(*ExtendLeaseRequest)(nil),       // 20: cooldown.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),      // 21: cooldown.v1.ExtendLeaseResponse
-	(*GetConnectionRequest)(nil),     // 22: cooldown.v1.GetConnectionRequest
-	(*GetConnectionResponse)(nil),    // 23: cooldown.v1.GetConnectionResponse
-	(*ListConnectionsRequest)(nil),   // 24: cooldown.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),  // 25: cooldown.v1.ListConnectionsResponse
-	(*WatchConnectionsRequest)(nil),  // 26: cooldown.v1.WatchConnectionsRequest
-	(*WatchConnectionsResponse)(nil), // 27: cooldown.v1.WatchConnectionsResponse
-	(*ResetConnectionRequest)(nil),   // 28: cooldown.v1.ResetConnectionRequest
-	(*ResetConnectionResponse)(nil),  // 29: cooldown.v1.ResetConnectionResponse
-	(*ForceConnectionRequest)(nil),   // 30: cooldown.v1.ForceConnectionRequest
-	(*ForceConnectionResponse)(nil),  // 31: cooldown.v1.ForceConnectionResponse
-	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 33: google.protobuf.Duration
+	(Durability)(0),                  // 7: cooldown.v1.Durability
+	(*Connection)(nil),               // 8: cooldown.v1.Connection
+	(*ConnectionState)(nil),          // 9: cooldown.v1.ConnectionState
+	(*Explanation)(nil),              // 10: cooldown.v1.Explanation
+	(*TripRuleState)(nil),            // 11: cooldown.v1.TripRuleState
+	(*RetryBudget)(nil),              // 12: cooldown.v1.RetryBudget
+	(*FleetCounts)(nil),              // 13: cooldown.v1.FleetCounts
+	(*Policy)(nil),                   // 14: cooldown.v1.Policy
+	(*Transition)(nil),               // 15: cooldown.v1.Transition
+	(*AdmitRequest)(nil),             // 16: cooldown.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 17: cooldown.v1.AdmitResponse
+	(*CandidateDecision)(nil),        // 18: cooldown.v1.CandidateDecision
+	(*ReportRequest)(nil),            // 19: cooldown.v1.ReportRequest
+	(*ReportResponse)(nil),           // 20: cooldown.v1.ReportResponse
+	(*ExtendLeaseRequest)(nil),       // 21: cooldown.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),      // 22: cooldown.v1.ExtendLeaseResponse
+	(*GetConnectionRequest)(nil),     // 23: cooldown.v1.GetConnectionRequest
+	(*GetConnectionResponse)(nil),    // 24: cooldown.v1.GetConnectionResponse
+	(*ListConnectionsRequest)(nil),   // 25: cooldown.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),  // 26: cooldown.v1.ListConnectionsResponse
+	(*WatchConnectionsRequest)(nil),  // 27: cooldown.v1.WatchConnectionsRequest
+	(*WatchConnectionsResponse)(nil), // 28: cooldown.v1.WatchConnectionsResponse
+	(*ResetConnectionRequest)(nil),   // 29: cooldown.v1.ResetConnectionRequest
+	(*ResetConnectionResponse)(nil),  // 30: cooldown.v1.ResetConnectionResponse
+	(*ForceConnectionRequest)(nil),   // 31: cooldown.v1.ForceConnectionRequest
+	(*ForceConnectionResponse)(nil),  // 32: cooldown.v1.ForceConnectionResponse
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
 }
 var file_v1_cooldown_proto_depIdxs = []int32{
-	7,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
+	8,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
 	2,  // 1: cooldown.v1.ConnectionState.state:type_name -> cooldown.v1.State
 	3,  // 2: cooldown.v1.ConnectionState.cause:type_name -> cooldown.v1.Cause
-	32, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
-	33, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
-	32, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
+	33, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
+	34, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
+	33, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: cooldown.v1.ConnectionState.last_outcome:type_name -> cooldown.v1.Outcome
 	5,  // 7: cooldown.v1.ConnectionState.override:type_name -> cooldown.v1.Override
-	32, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
-	32, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
-	32, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
-	12, // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
-	9,  // 12: cooldown.v1.ConnectionState.explanation:type_name -> cooldown.v1.Explanation
+	33, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
+	33, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
+	33, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
+	13, // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
+	10, // 12: cooldown.v1.ConnectionState.explanation:type_name -> cooldown.v1.Explanation
 	6,  // 13: cooldown.v1.Explanation.tripped:type_name -> cooldown.v1.TripRule
-	10, // 14: cooldown.v1.Explanation.trip_rules:type_name -> cooldown.v1.TripRuleState
-	11, // 15: cooldown.v1.Explanation.retry_budget:type_name -> cooldown.v1.RetryBudget
+	11, // 14: cooldown.v1.Explanation.trip_rules:type_name -> cooldown.v1.TripRuleState
+	12, // 15: cooldown.v1.Explanation.retry_budget:type_name -> cooldown.v1.RetryBudget
 	3,  // 16: cooldown.v1.Explanation.opened_by:type_name -> cooldown.v1.Cause
 	1,  // 17: cooldown.v1.Explanation.denies:type_name -> cooldown.v1.DenyReason
 	6,  // 18: cooldown.v1.TripRuleState.rule:type_name -> cooldown.v1.TripRule
-	33, // 19: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
-	33, // 20: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
-	33, // 21: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
-	33, // 22: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
-	33, // 23: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
-	33, // 24: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
-	33, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
-	33, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	33, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
-	33, // 28: cooldown.v1.Policy.lease_ttl_max:type_name -> google.protobuf.Duration
-	7,  // 29: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
-	32, // 30: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	34, // 19: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
+	34, // 20: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
+	34, // 21: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
+	34, // 22: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
+	34, // 23: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
+	34, // 24: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
+	34, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
+	34, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	34, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
+	34, // 28: cooldown.v1.Policy.lease_ttl_max:type_name -> google.protobuf.Duration
+	8,  // 29: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
+	33, // 30: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	2,  // 31: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
 	2,  // 32: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
 	3,  // 33: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
-	7,  // 34: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
+	8,  // 34: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
 	0,  // 35: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
-	33, // 36: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	32, // 37: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
+	34, // 36: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	33, // 37: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
 	1,  // 38: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
-	32, // 39: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	33, // 39: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 40: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
-	17, // 41: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	32, // 42: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	18, // 41: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
+	33, // 42: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
 	1,  // 43: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	33, // 44: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
+	34, // 44: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
 	0,  // 45: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
 	1,  // 46: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	33, // 47: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	34, // 47: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
 	2,  // 48: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
 	1,  // 49: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	7,  // 50: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
+	8,  // 50: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
 	4,  // 51: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	33, // 52: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	34, // 52: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
 	2,  // 53: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	32, // 54: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
-	7,  // 55: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	33, // 56: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 57: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	8,  // 58: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	14, // 59: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	13, // 60: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
-	8,  // 61: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	8,  // 62: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	14, // 63: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	8,  // 64: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 65: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	33, // 66: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	8,  // 67: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	15, // 68: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	18, // 69: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	20, // 70: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	22, // 71: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	24, // 72: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	26, // 73: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	28, // 74: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	30, // 75: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	16, // 76: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	19, // 77: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	21, // 78: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	23, // 79: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	25, // 80: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	27, // 81: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	29, // 82: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	31, // 83: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	76, // [76:84] is the sub-list for method output_type
-	68, // [68:76] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	33, // 54: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	7,  // 55: cooldown.v1.ReportResponse.durability:type_name -> cooldown.v1.Durability
+	8,  // 56: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	34, // 57: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	33, // 58: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	9,  // 59: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	15, // 60: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	14, // 61: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
+	9,  // 62: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	9,  // 63: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	15, // 64: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	9,  // 65: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 66: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	34, // 67: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	9,  // 68: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	16, // 69: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	19, // 70: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	21, // 71: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	23, // 72: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	25, // 73: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	27, // 74: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	29, // 75: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	31, // 76: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	17, // 77: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	20, // 78: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	22, // 79: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	24, // 80: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	26, // 81: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	28, // 82: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	30, // 83: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	32, // 84: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	77, // [77:85] is the sub-list for method output_type
+	69, // [69:77] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
@@ -3356,7 +3432,7 @@ func file_v1_cooldown_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_cooldown_proto_rawDesc), len(file_v1_cooldown_proto_rawDesc)),
-			NumEnums:      7,
+			NumEnums:      8,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
