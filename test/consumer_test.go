@@ -37,7 +37,7 @@ var consumerModules = []string{
 	"go.yaml.in/yaml/v3",          // testify's
 	"google.golang.org/protobuf",
 	// The OpenTelemetry API the client's spans use (client/otel.go;
-	// decision 0045): otel and otel/trace, never the SDK. The rest is
+	// decision 0047): otel and otel/trace, never the SDK. The rest is
 	// their own graph: otel/metric, auto/sdk, logr, stdr and xxhash are
 	// built in (otel's global provider and attributes), otel/log and the
 	// test modules of older testify versions are only listed.
