@@ -60,6 +60,15 @@ func (p *Proxy) answerError(w http.ResponseWriter, r *http.Request, err error) {
 		p.metrics.count(route, model, "canceled")
 		return // the app left; nobody reads an answer
 	}
+	if rej, ok := errors.AsType[*client.RejectedError](err); ok {
+		// cooldownd refused the proxy's own call (a bad or missing token, a
+		// label it screens out): the operator's to fix, not the app's.
+		p.metrics.count(route, model, "error")
+		p.log.Error("cooldownd rejected the proxy's request", "route", route, "model", model, "op", rej.Op, "code", rej.Code.String())
+		p.shapedError(w, provider, http.StatusServiceUnavailable, "api_error", "cooldownd_rejected",
+			"cooldown-proxy: cooldownd rejected the proxy's "+rej.Op+" ("+rej.Code.String()+"); see the proxy's log")
+		return
+	}
 	p.metrics.count(route, model, "error")
 	code := "cooldownd_upstream_error"
 	if e, ok := errors.AsType[*client.Error](err); ok && e.ErrorCode != "" {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -398,5 +400,33 @@ func TestConfigErrors(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte(body), 0o600))
 		_, err := LoadFallbacks(p, []Route{r})
 		assert.Error(t, err, name)
+	}
+}
+
+func TestErrorsWithoutAnAnswer(t *testing.T) {
+	t.Parallel()
+	p := &Proxy{cfg: Config{RetryLimit: DefaultRetryLimit}, log: slog.New(slog.DiscardHandler)}
+	var err error
+	p.metrics, err = newMetrics(nil)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name   string
+		err    error
+		status int
+		code   string
+	}{
+		{"cooldownd refused the proxy", &client.RejectedError{Op: "admit", Code: connect.CodeUnauthenticated, Err: errors.New("bad token")}, 503, "cooldownd_rejected"},
+		{"the upstream did not answer", &client.Error{ErrorCode: "conn_refused", Err: errors.New("dial")}, 502, "conn_refused"},
+		{"a denial", &client.DeniedError{Reason: client.ReasonOpen, RetryAfter: time.Second}, 503, "cooldownd_open"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := httptest.NewRecorder()
+			p.answerError(w, httptest.NewRequest(http.MethodPost, "/openai/v1/x", nil), tc.err)
+			assert.Equal(t, tc.status, w.Code)
+			var body struct{ Error struct{ Code string } }
+			require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body))
+			assert.Equal(t, tc.code, body.Error.Code)
+		})
 	}
 }
