@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/test/storm/fakeprovider"
 	"github.com/cooldownd/cooldownd/test/storm/worker"
 )
@@ -39,9 +40,11 @@ type BudgetFigures struct {
 	// before the first retry to the last retry: every first attempt the
 	// budget of those retries can have counted.
 	FirstAttempts int
-	// Fleet is the fleet's budget over the span, ratio × FirstAttempts +
-	// min × Span; PerProcess what P processes would allow each with its
-	// own minimum, ratio × FirstAttempts + P × min × Span.
+	// Fleet is the fleet's budget over the span as the model (breaker)
+	// computes it: the retries it admits from the first retry's send to
+	// the last's, asked as often as it admits them, with the first
+	// attempts reported at their sends; PerProcess the same with P times
+	// the minimum, what P processes would allow each with its own.
 	Fleet, PerProcess float64
 	// Slack is what the window's weighting can add: a bucket's retries may
 	// lean on the previous bucket's first attempts (ratio × FirstAttempts
@@ -83,9 +86,19 @@ func (r *Result) Budget() BudgetFigures {
 			}
 		}
 	}
-	ratio, minimum, secs := p.RetryBudget, float64(p.RetryBudgetMin), b.Span.Seconds()
-	b.Fleet = ratio*float64(b.FirstAttempts) + minimum*secs
-	b.PerProcess = ratio*float64(b.FirstAttempts) + float64(o.P)*minimum*secs
+	var firsts []int64 // ms, in send order
+	for _, a := range r.Arrivals {
+		if counted(a) && !a.Retry {
+			firsts = append(firsts, a.SentAt/int64(time.Millisecond))
+		}
+	}
+	slices.Sort(firsts)
+	from, to := first/int64(time.Millisecond), last/int64(time.Millisecond)
+	b.Fleet = float64(budgetAllows(p, firsts, from, to))
+	perProcess := p
+	perProcess.RetryBudgetMin = min(p.RetryBudgetMin*o.P, 1000)
+	b.PerProcess = float64(budgetAllows(perProcess, firsts, from, to))
+	ratio, minimum := p.RetryBudget, float64(p.RetryBudgetMin)
 	b.Slack = ratio*float64(b.FirstAttempts) + minimum*2*w.Seconds()
 	for _, wr := range r.Workers {
 		if wr != nil {
@@ -94,6 +107,42 @@ func (r *Result) Budget() BudgetFigures {
 		}
 	}
 	return b
+}
+
+// budgetAllows is how many retries the model's retry budget under p
+// admits from ms from to ms to (Unix), asked for one each millisecond
+// until it denies, the first attempts (firsts, Unix ms, sorted) reported
+// when they were sent: the budget itself, not a formula of it. 0 when
+// the span is empty or the policy has no budget.
+func budgetAllows(p breaker.Policy, firsts []int64, from, to int64) int {
+	if p.RetryBudget <= 0 || to < from || len(firsts) == 0 {
+		return 0
+	}
+	// Only the budget: the breaker and the other fleet rules stay out.
+	q := breaker.Policy{RetryBudget: p.RetryBudget, RetryBudgetMin: p.RetryBudgetMin, FleetWindow: p.FleetWindow,
+		MaxProbes: 1, OpenBase: time.Second, OpenMax: time.Second}
+	var s breaker.State
+	admitted, i := 0, 0
+	report := func(now int64) {
+		for ; i < len(firsts) && firsts[i] <= now; i++ {
+			s.Report(q, firsts[i], breaker.Report{Revision: s.Revision, Outcome: breaker.OutcomeSuccess}, 0)
+		}
+	}
+	// The model counts nothing for a connection never reported on: a
+	// report that counts nothing makes it one.
+	s.Report(q, min(from, firsts[0]), breaker.Report{Outcome: breaker.OutcomeCanceled}, 0)
+	report(from - 1)
+	for now := from; now <= to; now++ {
+		report(now)
+		for range 1000 { // at most this many a millisecond
+			v, _ := s.Admit(q, now, breaker.Attempt{Retry: true, Draw: 1})
+			if v.Decision == breaker.Deny {
+				break
+			}
+			admitted++
+		}
+	}
+	return admitted
 }
 
 // ThrottleFigures are the throttle scenario's figures: the primary's
