@@ -69,7 +69,11 @@ func run(root string, check bool) error {
 	if err != nil {
 		return err
 	}
-	ts := func([]byte) ([]byte, error) { return TS(serverOnly) }
+	docs, err := BreakerDocs(filepath.Join(root, breakerDir))
+	if err != nil {
+		return err
+	}
+	ts := func([]byte) ([]byte, error) { return TS(serverOnly, docs) }
 	for _, f := range []struct {
 		path string
 		gen  func([]byte) ([]byte, error)

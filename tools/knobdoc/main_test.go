@@ -265,6 +265,10 @@ func TestRunWritesAndChecks(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(root, clientPolicyFile), clientPolicy, 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(TSFile)), 0o755))
 	require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(HelpersFile)), 0o755))
+	breakerSrc, err := filepath.Abs(filepath.Join(repoRoot, breakerDir))
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(breakerDir)), 0o755))
+	require.NoError(t, os.Symlink(breakerSrc, filepath.Join(root, breakerDir)))
 	require.NoError(t, os.WriteFile(filepath.Join(root, HelpersFile), []byte(helpersBegin+helpersEnd), 0o644))
 
 	assert.ErrorContains(t, run(root, true), "stale: "+SchemaFile+", "+ReadmeFile+", "+HelpersFile+", "+TSFile, "a missing TS module is stale")

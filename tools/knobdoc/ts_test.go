@@ -40,7 +40,12 @@ func TestServerOnly(t *testing.T) {
 // and an interface field for every field of breaker.State.
 func TestTS(t *testing.T) {
 	t.Parallel()
-	out, err := TS([]string{"trip-quorum"})
+	docs, err := BreakerDocs(filepath.Join(repoRoot, breakerDir))
+	require.NoError(t, err)
+	assert.Contains(t, docs["Lease.Slot"], "0 to MaxProbes-1")
+	assert.Contains(t, docs["State.OpenUntil"], "Unix ms", "a line comment counts")
+	assert.Contains(t, docs["Fleet.CurFirsts"], "the budget's base", "a comment shared by a line of fields goes to each")
+	out, err := TS([]string{"trip-quorum"}, docs)
 	require.NoError(t, err)
 	s := string(out)
 	def := breaker.DefaultPolicy()
@@ -62,6 +67,7 @@ func TestTS(t *testing.T) {
 		assert.Contains(t, s, "\n  "+tsknob.Name(st.Field(i).Name)+": ", st.Field(i).Name)
 		assert.Contains(t, s, "\n  \""+tsknob.Name(st.Field(i).Name)+"\",\n", st.Field(i).Name)
 	}
+	assert.Contains(t, s, "  /** "+docs["Fleet.PrevFirsts"]+" */\n  prevFirsts: number;")
 	for _, shape := range []string{"Window", "Lease", "Fleet", "Reporter", "StateFields"} {
 		assert.Contains(t, s, "export interface "+shape+" {")
 	}

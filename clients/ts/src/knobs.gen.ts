@@ -154,6 +154,7 @@ export const knobs: readonly Knob[] = [
 
 /** internal/breaker's Window, as the port holds it (times Unix ms). */
 export interface Window {
+  /** start of the current bucket (Unix ms), 0 when empty */
   start: number;
   prevCalls: number;
   prevFails: number;
@@ -163,28 +164,42 @@ export interface Window {
 
 /** internal/breaker's Lease, as the port holds it (times Unix ms). */
 export interface Lease {
+  /** Slot is the lease's slot, 0 to MaxProbes-1. */
   slot: number;
+  /** Token identifies the lease: "<revision>.<slot>.<granted ms>.<nonce>". */
   token: string;
+  /** Granted is when it was granted (Unix ms). */
   granted: number;
+  /** Expires is when it lapses unless extended (Unix ms). */
   expires: number;
 }
 
 /** internal/breaker's Fleet, as the port holds it (times Unix ms). */
 export interface Fleet {
+  /** start of the current bucket (Unix ms), 0 when empty */
   start: number;
+  /** First attempts reported (Report with Retry false): the budget's base. */
   prevFirsts: number;
+  /** First attempts reported (Report with Retry false): the budget's base. */
   curFirsts: number;
+  /** Retries admitted: what the budget spends. */
   prevRetries: number;
+  /** Retries admitted: what the budget spends. */
   curRetries: number;
+  /** Requests: calls reported and calls the throttle rejected. */
   prevRequests: number;
+  /** Requests: calls reported and calls the throttle rejected. */
   curRequests: number;
+  /** Accepts: calls reported as a success or a client error. */
   prevAccepts: number;
+  /** Accepts: calls reported as a success or a client error. */
   curAccepts: number;
 }
 
 /** internal/breaker's Reporter, as the port holds it (times Unix ms). */
 export interface Reporter {
   id: string;
+  /** Unix ms */
   at: number;
 }
 
@@ -193,20 +208,25 @@ export interface StateFields {
   phase: number;
   cause: number;
   revision: number;
+  /** Unix ms; 0 when not open or open until changed */
   openUntil: number;
   reopens: number;
   consecutive: number;
   window: Window;
   override: number;
+  /** Unix ms; 0 means until changed */
   overrideUntil: number;
   leases: Lease[];
+  /** since the last transition */
   successes: number;
+  /** since the last transition */
   failures: number;
   lastStatus: number;
   lastOutcome: number;
   lastErrorCode: string;
   changedAt: number;
   updatedAt: number;
+  /** Fleet holds the fleet rules' counts; Reporters the trip quorum's recent reporters of ambiguous failures, oldest first. */
   fleet: Fleet;
   reporters: Reporter[];
 }
