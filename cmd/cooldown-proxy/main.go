@@ -62,7 +62,7 @@ type config struct {
 	logFormat, logLevel, configFile                              string
 	routes                                                       routes
 	mirror, version                                              bool
-	shutdown                                                     time.Duration
+	shutdown, admitTimeout                                       time.Duration
 }
 
 func parse(args, env []string, stderr io.Writer) (config, error) {
@@ -80,6 +80,7 @@ func parse(args, env []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.configFile, "config", "", "YAML file of flag values")
+	fs.DurationVar(&c.admitTimeout, "admit-timeout", client.DefaultAdmitTimeout, "bound of each call to cooldownd; past it the client decides in-process (fail open)")
 	fs.DurationVar(&c.shutdown, "shutdown-timeout", 30*time.Second, "how long a SIGTERM waits for in-flight requests and streams")
 	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -218,7 +219,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	}
 	tr.MaxIdleConnsPerHost = 64
 
-	opts := []client.Option{client.WithLogger(log.With("component", "client"))}
+	opts := []client.Option{client.WithLogger(log.With("component", "client")), client.WithAdmitTimeout(c.admitTimeout)}
 	token := strings.TrimSpace(func() string {
 		for _, kv := range env {
 			if v, ok := strings.CutPrefix(kv, "COOLDOWN_TOKEN="); ok {

@@ -75,7 +75,10 @@ func startProxy(t *testing.T, args ...string) *proc {
 	bin, err := buildOnce()
 	require.NoError(t, err)
 	p := &proc{log: &logtest.Buffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug"}, args...)...)
+	// A generous admit timeout: on a loaded machine a 250 ms Admit would be
+	// decided in-process, and the second proxy would not see the first's
+	// cooldown.
+	p.cmd = exec.Command(bin, append([]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug", "--admit-timeout", "10s"}, args...)...)
 	p.cmd.Stderr, p.cmd.Stdout = p.log, p.log
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 	require.NoError(t, p.cmd.Start())

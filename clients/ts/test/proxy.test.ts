@@ -13,10 +13,11 @@ import { FakeProvider, chatCompletion } from "./fakes.js";
 
 interface ProxyProc { url: string; proc: ChildProcess; logs(): string }
 
-/** Starts the proxy on a free loopback port and waits for its listening line. */
+/** Starts the proxy on a free loopback port and waits for its listening line. Its admit
+ * timeout is generous: on a loaded machine a 250 ms Admit would be decided in-process. */
 async function startProxy(args: string[]): Promise<ProxyProc> {
   const bin = goBinary("./cmd/cooldown-proxy", "cooldown-proxy", "COOLDOWN_PROXY_BIN");
-  const proc = spawn(bin, ["--listen", "127.0.0.1:0", "--log-format", "json", ...args], { stdio: ["ignore", "pipe", "pipe"], env: { PATH: process.env.PATH ?? "" } });
+  const proc = spawn(bin, ["--listen", "127.0.0.1:0", "--log-format", "json", "--admit-timeout", "10s", ...args], { stdio: ["ignore", "pipe", "pipe"], env: { PATH: process.env.PATH ?? "" } });
   let out = "";
   proc.stdout!.on("data", (b) => { out += b; });
   const url = await new Promise<string>((resolve, reject) => {
