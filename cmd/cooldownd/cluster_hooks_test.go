@@ -138,12 +138,12 @@ func TestClusterDurableReportIsMeasured(t *testing.T) {
 	in := start(t, "--addr", "127.0.0.1:0", "--redis-mode", "cluster", "--redis-addrs", strings.Join(cc.Options().Addrs, ","),
 		"--wait-replicas", "1", "--wait-timeout", "20ms")
 	c := cooldownv1connect.NewCooldownServiceClient(h2c(), in.url())
-	_, err := c.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
+	resp, err := c.Report(t.Context(), connect.NewRequest(&cooldownv1.ReportRequest{
 		Connection: &cooldownv1.Connection{Id: newID(5)}, Outcome: cooldownv1.Outcome_OUTCOME_RATE_LIMITED,
 		RetryAfter: durationpb.New(time.Minute),
 	}))
-	require.Error(t, err, "no replica acknowledged the open")
-	assert.Equal(t, connect.CodeUnavailable, connect.CodeOf(err), "%v", err)
+	require.NoError(t, err)
+	assert.Equal(t, cooldownv1.Durability_DURABILITY_NOT_REPLICATED, resp.Msg.GetDurability(), "no replica acknowledged the open")
 	code, body := httpGet(t, in.url()+"/metrics")
 	require.Equal(t, http.StatusOK, code)
 	assert.Equal(t, 1, metricCount(t, body, `cooldownd_redis_duration_seconds_count{op="wait"}`), "the WAIT is measured once")

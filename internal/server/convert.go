@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -115,6 +116,7 @@ func reportProto(res store.ReportResult) *cooldownv1.ReportResponse {
 	return &cooldownv1.ReportResponse{
 		State: cooldownv1.State(res.Phase), Revision: res.Revision, Accepted: res.Accepted, Changed: res.Changed,
 		ServerTime: timestamppb.New(res.Now), ThrottleProbability: res.ThrottleProbability, Shadow: res.Shadow,
+		Durability: cooldownv1.Durability(res.Durability), // store.Replication's values are the enum's
 	}
 }
 
@@ -153,31 +155,35 @@ func transitionProto(t store.Transition, label string, shadow bool) *cooldownv1.
 	}
 }
 
-// policyProto is a breaker policy on the wire. A zero duration is unset
+// policyProto is a breaker policy on the wire: each knob of the table
+// (breaker.Knobs) is the Policy field named by its key (TestPolicyProto
+// CoversEveryKnob holds that every knob has one, of its kind), so a knob
+// added to the table needs only its proto field. A zero duration is unset
 // (its rule is off).
 func policyProto(p breaker.Policy) *cooldownv1.Policy {
-	d := func(v time.Duration) *durationpb.Duration { return dur(v.Milliseconds()) }
-	return &cooldownv1.Policy{
-		ConsecutiveFailures: uint32(p.ConsecutiveFailures),
-		FailureRate:         p.FailureRate,
-		MinCalls:            uint32(p.MinCalls),
-		Window:              d(p.Window),
-		OpenBase:            d(p.OpenBase),
-		OpenMax:             d(p.OpenMax),
-		Jitter:              p.Jitter,
-		RateLimitCooldown:   d(p.RateLimitCooldown),
-		OverloadFloor:       d(p.OverloadFloor),
-		QuotaBlock:          d(p.QuotaBlock),
-		AuthBlock:           d(p.AuthBlock),
-		MaxProbes:           uint32(p.MaxProbes),
-		LeaseTtl:            d(p.LeaseTTL),
-		RetryBudget:         p.RetryBudget,
-		RetryBudgetMin:      uint32(p.RetryBudgetMin),
-		ThrottleK:           p.ThrottleK,
-		TripQuorum:          uint32(p.TripQuorum),
-		FleetWindow:         d(p.FleetWindow),
-		Shadow:              p.Shadow,
+	out := &cooldownv1.Policy{}
+	m := out.ProtoReflect()
+	fields := m.Descriptor().Fields()
+	for _, k := range breaker.Knobs() {
+		f := fields.ByName(protoreflect.Name(k.Key()))
+		if f == nil {
+			continue
+		}
+		v := k.Get(p)
+		switch k.Kind {
+		case breaker.Span:
+			if d := dur(time.Duration(v).Milliseconds()); d != nil {
+				m.Set(f, protoreflect.ValueOfMessage(d.ProtoReflect()))
+			}
+		case breaker.Count:
+			m.Set(f, protoreflect.ValueOfUint32(uint32(v)))
+		case breaker.Ratio:
+			m.Set(f, protoreflect.ValueOfFloat64(v))
+		case breaker.Switch:
+			m.Set(f, protoreflect.ValueOfBool(v != 0))
+		}
 	}
+	return out
 }
 
 // ShortID is the form of a connection id that people see (keys.ID.Short).

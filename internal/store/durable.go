@@ -2,8 +2,8 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,31 +16,58 @@ import (
 // replicas unless Durability.Timeout says otherwise.
 const DefaultReplicaTimeout = 50 * time.Millisecond
 
-// Durability makes the reports that open a connection survive a failover.
+// DefaultReplicaRecheck is how long, after a WAIT came up short, durable
+// reports answer NotReplicated at once instead of waiting, unless
+// Durability.Recheck says otherwise.
+const DefaultReplicaRecheck = 500 * time.Millisecond
+
+// Replication says whether a report's transitions reached the replicas
+// Durability waits for (ReportResponse.durability).
+type Replication uint8
+
+const (
+	// ReplicationNone: the report made no transition, or Durability is off.
+	ReplicationNone Replication = iota
+	// Replicated: the replicas acknowledged the transitions.
+	Replicated
+	// NotReplicated: the transitions are applied on the master, which has
+	// too few replicas: a failover before they catch up may lose them. The
+	// answer stands: a resend changes nothing.
+	NotReplicated
+)
+
+// Durability makes the reports that move a connection survive a failover.
 // Redis replicates asynchronously: a write the master acknowledged can be
 // lost when a replica is promoted before it received it (a Sentinel
 // failover lost 18 of 572 acknowledged reports in its ~1 s window). With
-// Replicas set, a report whose transitions open the connection is answered
-// only once that many replicas acknowledged it (WAIT, on the connection
-// that ran the script: WAIT cannot run inside a script). Other reports,
-// and every Admit, are not delayed. See docs/reliability.md.
+// Replicas set, a report whose script made a transition (opened, closed,
+// settled a probe) is answered only once that many replicas acknowledged
+// it (WAIT, on the connection that ran the script: WAIT cannot run inside
+// a script), or once the wait timed out, with [NotReplicated]. A report
+// that made no transition (a healthy success, a denial's report) never
+// waits. See docs/reliability.md and decision 0047.
 type Durability struct {
-	// Replicas is how many replicas must acknowledge an opening report
-	// (zero: none, asynchronous replication).
+	// Replicas is how many replicas must acknowledge a transition (zero:
+	// none, asynchronous replication).
 	Replicas int
 	// Timeout bounds the wait (zero: [DefaultReplicaTimeout]). A report
-	// not acknowledged in time fails with [ErrUnavailable]; its transition
-	// is applied on the master, and a retry with the same revision is safe
-	// (a hint merges by max, a stale revision moves nothing).
+	// not acknowledged in time is answered [NotReplicated]: its transition
+	// is applied on the master.
 	Timeout time.Duration
+	// Recheck is how long after a wait came up short the next reports do
+	// not wait (zero: [DefaultReplicaRecheck]): they are answered
+	// NotReplicated at once, and one report per Recheck waits again to see
+	// whether the replicas are back. Without it, every report would wait
+	// out Timeout while the master has no replica (after a failover,
+	// until Sentinel gives the new master one).
+	Recheck time.Duration
 }
 
-// durableConn returns what a report's script runs on: with Durability on
-// and a report that may open the connection, one connection to the
-// connection's master held for the report (release returns it), so that
-// WAIT follows the script on the same connection.
-func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Report) (sc processor, release func()) {
-	if s.durable.Replicas <= 0 || !mayOpen(rep) {
+// durableConn returns what a report's script runs on: with Durability on,
+// one connection to the connection's master held for the report (release
+// returns it), so that WAIT follows the script on the same connection.
+func (s *Store) durableConn(ctx context.Context, l keys.Layout, _ breaker.Report) (sc processor, release func()) {
+	if s.durable.Replicas <= 0 {
 		return s.rdb, func() {}
 	}
 	node, ok := s.rdb.(connClient) // single, and Sentinel (a failover client)
@@ -61,19 +88,38 @@ func (s *Store) durableConn(ctx context.Context, l keys.Layout, rep breaker.Repo
 	return conn, func() { _ = conn.Close() }
 }
 
-// awaitReplicas waits, with Durability on and when events open the
-// connection, until the replicas acknowledged what sc wrote.
-func (s *Store) awaitReplicas(ctx context.Context, sc processor, events []breaker.Event) error {
-	if s.durable.Replicas <= 0 || !opens(events) {
-		return nil
+// wallNow is the clock of the replica recheck: the store's test clock when
+// set, else the wall clock.
+func (s *Store) wallNow() time.Time {
+	if s.clock != nil {
+		return s.clock()
+	}
+	return time.Now()
+}
+
+// awaitReplicas waits, with Durability on and when the report made a
+// transition, until the replicas acknowledged what sc wrote, or the
+// timeout: then the answer is NotReplicated, and for Recheck the next
+// reports do not wait at all (one of them, after Recheck, waits again).
+// An error means the WAIT itself failed (the connection broke): whether
+// the transition is on any replica is unknown.
+func (s *Store) awaitReplicas(ctx context.Context, sc processor, events []breaker.Event) (Replication, error) {
+	if s.durable.Replicas <= 0 || len(events) == 0 {
+		return ReplicationNone, nil
 	}
 	conn, ok := sc.(*redis.Conn)
 	if !ok {
-		// The report cannot open the connection by itself (see mayOpen):
-		// an open the script applied on the way (a forced-closed override
-		// that ended over an open breaker) is a timed transition, not this
-		// report's to wait for.
-		return nil
+		return ReplicationNone, nil // no master to wait on (see durableConn)
+	}
+	recheck := s.durable.Recheck
+	if recheck <= 0 {
+		recheck = DefaultReplicaRecheck
+	}
+	now := s.wallNow()
+	if until := s.shortUntil.Load(); until != 0 {
+		if now.UnixNano() < until || !s.shortUntil.CompareAndSwap(until, now.Add(recheck).UnixNano()) {
+			return NotReplicated, nil // short of replicas a moment ago; another report rechecks
+		}
 	}
 	timeout := s.durable.Timeout
 	if timeout <= 0 {
@@ -81,33 +127,21 @@ func (s *Store) awaitReplicas(ctx context.Context, sc processor, events []breake
 	}
 	n, err := conn.Wait(ctx, s.durable.Replicas, timeout).Result()
 	if err != nil {
-		return unavailable("wait for replicas", err)
+		return ReplicationNone, unavailable("wait for replicas", err)
 	}
 	if n < int64(s.durable.Replicas) {
-		return fmt.Errorf("%w: report applied on the master but acknowledged by %d of %d replicas within %s; retry",
-			ErrUnavailable, n, s.durable.Replicas, timeout)
-	}
-	return nil
-}
-
-// mayOpen reports whether a report can open a connection (see
-// breaker.State.Report): a failure trips or cools it, any report with a
-// Retry-After cools it; a success, a client error or a cancel without one
-// never opens it.
-func mayOpen(rep breaker.Report) bool {
-	switch rep.Outcome {
-	case breaker.OutcomeSuccess, breaker.OutcomeClientError, breaker.OutcomeCanceled:
-		return rep.RetryAfter > 0 && rep.Outcome != breaker.OutcomeCanceled
-	}
-	return true
-}
-
-// opens reports whether a transition opened the connection.
-func opens(events []breaker.Event) bool {
-	for _, e := range events {
-		if e.To == breaker.Open {
-			return true
+		if s.shortUntil.Swap(s.wallNow().Add(recheck).UnixNano()) == 0 {
+			slog.Warn("store: transitions are applied on the master only: too few replicas acknowledge them; answered NOT_REPLICATED",
+				"acknowledged", n, "want", s.durable.Replicas, "timeout", timeout)
 		}
+		return NotReplicated, nil
 	}
-	return false
+	if s.shortUntil.Swap(0) != 0 {
+		slog.Info("store: replicas acknowledge transitions again", "want", s.durable.Replicas)
+	}
+	return Replicated, nil
 }
+
+// shortOfReplicas is when (unix ns) the latest WAIT that came up short
+// stops keeping reports from waiting; zero: the replicas kept up.
+type shortOfReplicas = atomic.Int64

@@ -3,9 +3,11 @@ package store_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,11 +59,11 @@ func onReplica(t *testing.T, replica *redis.Client, c store.Conn) bool {
 }
 
 // TestDurableReportsWaitForTheReplica: with Durability, a report that
-// opens a connection is acknowledged only once the replica has it, so a
-// failover cannot lose it; when the replica does not answer, the report
-// fails unavailable instead of being acknowledged. Without it the report
-// is acknowledged while the replica lacks it: the loss window of a
-// failover.
+// opens a connection is acknowledged Replicated only once the replica has
+// it, so a failover cannot lose it; when the replica does not answer, the
+// report is answered NotReplicated (applied on the master) instead of
+// failing. Without it the report is acknowledged while the replica lacks
+// it: the loss window of a failover.
 func TestDurableReportsWaitForTheReplica(t *testing.T) {
 	t.Parallel()
 	master, replica, link := replicated(t)
@@ -77,25 +79,105 @@ func TestDurableReportsWaitForTheReplica(t *testing.T) {
 	open := breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 60_000}
 
 	c1 := store.Conn{Tenant: "t", ID: testID(1)}
-	_, err = durable.Report(ctx, c1, open)
+	res, err := durable.Report(ctx, c1, open)
 	require.NoError(t, err)
+	assert.Equal(t, store.Replicated, res.Durability)
 	assert.True(t, onReplica(t, replica, c1), "acknowledged: the replica has it")
 
 	link.Swallow(true) // the replication link stalls
 	t.Cleanup(func() { link.Swallow(false); link.Reset() })
 	c2 := store.Conn{Tenant: "t", ID: testID(2)}
-	_, err = impatient.Report(ctx, c2, open)
-	require.ErrorIs(t, err, store.ErrUnavailable, "not acknowledged by the replica: not acknowledged")
-	assert.Contains(t, err.Error(), "0 of 1 replicas")
+	res, err = impatient.Report(ctx, c2, open)
+	require.NoError(t, err, "applied on the master: answered, not failed")
+	assert.Equal(t, store.NotReplicated, res.Durability, "…and the answer says the replica lacks it")
+	assert.Equal(t, breaker.Open, res.Phase)
 
 	c3 := store.Conn{Tenant: "t", ID: testID(3)}
-	_, err = impatient.Report(ctx, c3, breaker.Report{Outcome: breaker.OutcomeSuccess})
-	require.NoError(t, err, "a report that opens nothing does not wait")
+	res, err = impatient.Report(ctx, c3, breaker.Report{Outcome: breaker.OutcomeSuccess})
+	require.NoError(t, err, "a report that moves nothing does not wait")
+	assert.Equal(t, store.ReplicationNone, res.Durability)
 
 	c4 := store.Conn{Tenant: "t", ID: testID(4)}
-	_, err = async.Report(ctx, c4, open)
+	res, err = async.Report(ctx, c4, open)
 	require.NoError(t, err, "asynchronous: acknowledged at once")
+	assert.Equal(t, store.ReplicationNone, res.Durability)
 	assert.False(t, onReplica(t, replica, c4), "…while the replica does not have it")
+}
+
+// waitCounter counts the WAITs a client sends (a durable report's only
+// blocking command).
+type waitCounter struct{ n atomic.Int64 }
+
+func (*waitCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (w *waitCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "wait" {
+			w.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (*waitCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestNoCliffWithoutReplicas (issue 28 point 2): while the master has no
+// connected replica, only the first durable transition waits out the
+// timeout; the next ones, until Recheck, are answered NotReplicated at
+// once, without a WAIT; after Recheck one report waits again, and once
+// the replica is back the answers are Replicated. On the code before it
+// every such report waited the timeout and failed unavailable (the ~16 s
+// of errors after a failover in issue 28).
+func TestNoCliffWithoutReplicas(t *testing.T) {
+	t.Parallel()
+	m := redistest.StartServer(t, "--repl-diskless-sync-delay", "0")
+	master := redis.NewClient(&redis.Options{Addr: m.Addr})
+	t.Cleanup(func() { _ = master.Close() })
+	waits := &waitCounter{}
+	master.AddHook(waits)
+	clock := newTestClock()
+	st, err := store.New(master, store.Options{Clock: clock.Now,
+		Durability: store.Durability{Replicas: 1, Timeout: 500 * time.Millisecond, Recheck: time.Second}})
+	require.NoError(t, err)
+	ctx := context.Background()
+	id := byte(0)
+	report := func() store.ReportResult {
+		t.Helper()
+		id++
+		res, err := st.Report(ctx, store.Conn{Tenant: "t", ID: testID(id)}, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 60_000})
+		require.NoError(t, err, "a transition without replicas is answered, never failed")
+		require.Equal(t, breaker.Open, res.Phase)
+		return res
+	}
+	assert.Equal(t, store.NotReplicated, report().Durability)
+	assert.EqualValues(t, 1, waits.n.Load(), "the first one waits")
+	for range 20 {
+		assert.Equal(t, store.NotReplicated, report().Durability)
+	}
+	assert.EqualValues(t, 1, waits.n.Load(), "within Recheck none waits")
+
+	clock.advance(time.Second)
+	assert.Equal(t, store.NotReplicated, report().Durability)
+	assert.EqualValues(t, 2, waits.n.Load(), "after Recheck one waits again")
+	assert.Equal(t, store.NotReplicated, report().Durability)
+	assert.EqualValues(t, 2, waits.n.Load(), "…and only one")
+
+	r := redistest.StartServer(t, "--replicaof", "127.0.0.1", portOf(t, m.Addr))
+	replica := redis.NewClient(&redis.Options{Addr: r.Addr})
+	t.Cleanup(func() { _ = replica.Close() })
+	waitLink(t, replica)
+	clock.advance(time.Second)
+	assert.Equal(t, store.Replicated, report().Durability, "the replica is back: the recheck sees it")
+	before := waits.n.Load()
+	assert.Equal(t, store.Replicated, report().Durability)
+	assert.Equal(t, before+1, waits.n.Load(), "replicated again: every transition waits")
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	return port
 }
 
 // BenchmarkReportReplicated measures what Durability costs on a master and
@@ -159,7 +241,12 @@ func failoverRun(t *testing.T, d store.Durability) (acked, lost int) {
 	for i := range 20 {
 		var id keys.ID
 		id[0], id[1] = 0xff, byte(i)
-		if _, warm = st.Report(ctx, store.Conn{Tenant: "f", ID: id}, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 600_000}); warm == nil {
+		var res store.ReportResult
+		res, warm = st.Report(ctx, store.Conn{Tenant: "f", ID: id}, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 600_000})
+		if warm == nil && d.Replicas > 0 && res.Durability != store.Replicated {
+			warm = errors.New("not replicated")
+		}
+		if warm == nil {
 			break
 		}
 	}
@@ -181,9 +268,11 @@ func failoverRun(t *testing.T, d store.Durability) (acked, lost int) {
 				binary.BigEndian.PutUint32(id[:], uint32(i))
 				id[4] = byte(w)
 				rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				_, err := st.Report(rctx, store.Conn{Tenant: "f", ID: id}, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 600_000})
+				res, err := st.Report(rctx, store.Conn{Tenant: "f", ID: id}, breaker.Report{Outcome: breaker.OutcomeRateLimited, RetryAfter: 600_000})
 				cancel()
-				if err == nil {
+				// An asynchronous answer is an acknowledgement; with
+				// Durability, only a Replicated one is.
+				if err == nil && (d.Replicas == 0 || res.Durability == store.Replicated) {
 					mine = append(mine, id)
 				}
 			}

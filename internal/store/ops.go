@@ -256,6 +256,9 @@ type ReportResult struct {
 	// applied: this is that report's answer (its Now, Events and all),
 	// and nothing was applied or counted again.
 	Replayed bool
+	// Durability says whether the replicas Options.Durability waits for
+	// acknowledged the report's transitions (see durable.go).
+	Durability Replication
 }
 
 // DefaultReportKeyTTL is how long a report's idempotency key remembers
@@ -323,7 +326,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	// acknowledge was applied on the master all the same, and its open
 	// must end on time.
 	s.scheduled(ctx, c.Tenant, l, len(res.Events), wake)
-	if err := s.awaitReplicas(ctx, sc, res.Events); err != nil {
+	if res.Durability, err = s.awaitReplicas(ctx, sc, res.Events); err != nil {
 		return ReportResult{}, err
 	}
 	return res, nil

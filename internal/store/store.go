@@ -88,10 +88,11 @@ type Store struct {
 	maxConns  int
 	// sweepEvery and sweepTTL drive Run (see Options).
 	sweepEvery, sweepTTL time.Duration
-	durable              Durability // see durable.go
-	reportKeyTTL         string     // ms, see Options.ReportKeyTTL
-	argCache             sync.Map   // breaker.Policy → string, see policyArg
-	hub                  hub        // shared watch subscriptions, one per tenant
+	durable              Durability      // see durable.go
+	shortUntil           shortOfReplicas // durable.go: until when (unix ns) reports do not wait for replicas
+	reportKeyTTL         string          // ms, see Options.ReportKeyTTL
+	argCache             sync.Map        // breaker.Policy → string, see policyArg
+	hub                  hub             // shared watch subscriptions, one per tenant
 }
 
 // New returns a Store on rdb: a *redis.Client (single, or a Sentinel
