@@ -155,9 +155,13 @@ func TestHelpers(t *testing.T) {
 	assert.True(t, strings.HasPrefix(s, "a\n"+helpersBegin) && strings.HasSuffix(s, helpersEnd+"b\n"), s)
 	assert.NotContains(t, s, "stale")
 	for _, k := range breaker.Knobs() {
-		assert.Contains(t, s, fmt.Sprintf("\n%s: {value: %s, kind: %s}\n", k.Key(), ValueName(k), tsKind(k)))
+		row := fmt.Sprintf("\n%s: {value: %s, kind: %s", k.Key(), ValueName(k), tsKind(k))
+		if k.Kind == breaker.Span {
+			row += fmt.Sprintf(", maxMs: %d, max: %s", time.Duration(k.Max).Milliseconds(), short(k.String(k.Max)))
+		}
+		assert.Contains(t, s, row+"}\n")
 	}
-	assert.Contains(t, s, "{{- define \"cooldownd.maxDurationMs\" -}}\n604800000\n")
+	assert.Contains(t, s, "\nquota_block: {value: quotaBlock, kind: span, maxMs: 604800000, max: 168h}\n")
 	assert.Contains(t, s, "{{- define \"cooldownd.maxWindow\" -}}\n10m\n")
 	again, err := Helpers(out)
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
@@ -24,23 +25,24 @@ func HelpersBlock() string {
 	var b strings.Builder
 	b.WriteString(`{{/*
 The policy knobs (internal/breaker/knobs.go), in YAML: each policy-file key with its chart value
-(policy.<value>) and its kind (count, ratio, span, switch).
+(policy.<value>) and its kind (count, ratio, span, switch); a span's own maximum in ms (maxMs) and
+as written (max).
 */}}
 {{- define "cooldownd.policyKnobs" -}}
 `)
 	for _, k := range breaker.Knobs() {
+		if k.Kind == breaker.Span {
+			fmt.Fprintf(&b, "%s: {value: %s, kind: %s, maxMs: %d, max: %s}\n", k.Key(), ValueName(k), tsKind(k),
+				time.Duration(k.Max).Milliseconds(), short(k.String(k.Max)))
+			continue
+		}
 		fmt.Fprintf(&b, "%s: {value: %s, kind: %s}\n", k.Key(), ValueName(k), tsKind(k))
 	}
 	b.WriteString("{{- end }}\n\n")
 	fmt.Fprintf(&b, `{{/*
-The breaker's limits (internal/breaker/policy.go): MaxDuration, MaxWindow (in ms and as written) and MaxCount.
+The breaker's limits (internal/breaker/policy.go) the rules between knobs name: MaxWindow (in ms and
+as written) and MaxCount.
 */}}
-{{- define "cooldownd.maxDurationMs" -}}
-%d
-{{- end }}
-{{- define "cooldownd.maxDuration" -}}
-%s
-{{- end }}
 {{- define "cooldownd.maxWindowMs" -}}
 %d
 {{- end }}
@@ -50,8 +52,7 @@ The breaker's limits (internal/breaker/policy.go): MaxDuration, MaxWindow (in ms
 {{- define "cooldownd.maxCount" -}}
 %d
 {{- end }}
-`, breaker.MaxDuration.Milliseconds(), short(breaker.MaxDuration.String())+" (7 days)", breaker.MaxWindow.Milliseconds(),
-		short(breaker.MaxWindow.String()), breaker.MaxCount)
+`, breaker.MaxWindow.Milliseconds(), short(breaker.MaxWindow.String()), breaker.MaxCount)
 	return b.String()
 }
 

@@ -455,7 +455,7 @@ What cooldownd's breaker.Policy.Validate refuses (internal/breaker/policy.go) th
 cannot say, so the chart fails at lint/template time instead of rendering pods that crash-loop. The
 schema, generated from internal/breaker/knobs.go, holds every rule on one value: each knob's bounds,
 a rate's or budget's basis point, the throttle's K, a positive open_base and lease_ttl, a switch's
-type, max_probes per tenant only (decision 0046). Left here: a span's upper bound and whole
+type, max_probes per tenant only (decision 0046). Left here: a span's own maximum and whole
 milliseconds (a Go duration is a sum of parts, 1h30m = 90m, which no pattern adds up), and the rules
 between knobs, on every policy the server resolves (a knob's value may come from another section).
 Takes a dict with "p", the policy in the policy file's snake_case keys, and "names", the display name
@@ -464,14 +464,13 @@ of each key (the value to change); returns one problem per line.
 {{- define "cooldownd.policyProblems" -}}
 {{- $p := .p }}
 {{- $n := .names }}
-{{- $maxMs := include "cooldownd.maxDurationMs" . | float64 }}
 {{- $ms := dict }}
 {{- range $k, $knob := include "cooldownd.policyKnobs" . | fromYaml }}
 {{- if eq $knob.kind "span" }}
 {{- $v := include "cooldownd.durationMs" (index $p $k) | float64 }}
 {{- $_ := set $ms $k $v }}
-{{- if gt $v $maxMs }}
-{{ index $n $k }} must be at most {{ include "cooldownd.maxDuration" $ }}, got {{ index $p $k }}
+{{- if gt $v ($knob.maxMs | float64) }}
+{{ index $n $k }} must be at most {{ $knob.max }}, got {{ index $p $k }}
 {{- else if ne $v (floor $v) }}
 {{ index $n $k }} must be whole milliseconds, got {{ index $p $k }}
 {{- end }}
@@ -581,39 +580,35 @@ before the kernel's OOM killer is reached (the remaining 10 % covers non-heap me
 {{- /* policy-knobs:begin: generated from internal/breaker by go run ./tools/knobdoc (make generate); do not edit */}}
 {{/*
 The policy knobs (internal/breaker/knobs.go), in YAML: each policy-file key with its chart value
-(policy.<value>) and its kind (count, ratio, span, switch).
+(policy.<value>) and its kind (count, ratio, span, switch); a span's own maximum in ms (maxMs) and
+as written (max).
 */}}
 {{- define "cooldownd.policyKnobs" -}}
 consecutive_failures: {value: consecutiveFailures, kind: count}
 failure_rate: {value: failureRate, kind: ratio}
 min_calls: {value: minCalls, kind: count}
-window: {value: window, kind: span}
-open_base: {value: openBase, kind: span}
-open_max: {value: openMax, kind: span}
+window: {value: window, kind: span, maxMs: 604800000, max: 168h}
+open_base: {value: openBase, kind: span, maxMs: 604800000, max: 168h}
+open_max: {value: openMax, kind: span, maxMs: 604800000, max: 168h}
 jitter: {value: jitter, kind: ratio}
-rate_limit_cooldown: {value: rateLimitCooldown, kind: span}
-overload_floor: {value: overloadFloor, kind: span}
-quota_block: {value: quotaBlock, kind: span}
-auth_block: {value: authBlock, kind: span}
+rate_limit_cooldown: {value: rateLimitCooldown, kind: span, maxMs: 604800000, max: 168h}
+overload_floor: {value: overloadFloor, kind: span, maxMs: 604800000, max: 168h}
+quota_block: {value: quotaBlock, kind: span, maxMs: 604800000, max: 168h}
+auth_block: {value: authBlock, kind: span, maxMs: 604800000, max: 168h}
 max_probes: {value: maxProbes, kind: count}
-lease_ttl: {value: leaseTTL, kind: span}
+lease_ttl: {value: leaseTTL, kind: span, maxMs: 604800000, max: 168h}
 retry_budget: {value: retryBudget, kind: ratio}
 retry_budget_min: {value: retryBudgetMin, kind: count}
 throttle_k: {value: throttleK, kind: ratio}
 trip_quorum: {value: tripQuorum, kind: count}
-fleet_window: {value: fleetWindow, kind: span}
+fleet_window: {value: fleetWindow, kind: span, maxMs: 604800000, max: 168h}
 shadow: {value: shadow, kind: switch}
 {{- end }}
 
 {{/*
-The breaker's limits (internal/breaker/policy.go): MaxDuration, MaxWindow (in ms and as written) and MaxCount.
+The breaker's limits (internal/breaker/policy.go) the rules between knobs name: MaxWindow (in ms and
+as written) and MaxCount.
 */}}
-{{- define "cooldownd.maxDurationMs" -}}
-604800000
-{{- end }}
-{{- define "cooldownd.maxDuration" -}}
-168h (7 days)
-{{- end }}
 {{- define "cooldownd.maxWindowMs" -}}
 600000
 {{- end }}
