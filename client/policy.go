@@ -59,6 +59,10 @@ type Policy struct {
 	// LeaseTTL is how long a probe holds its lease unless extended.
 	// Default 30 s.
 	LeaseTTL time.Duration
+	// LeaseTTLMax is the longest time to live [Client.ExtendLease] gives a
+	// probe's lease: a longer one asked for is cut to it. 0: no bound but
+	// the API's (24 h). Default 10 min.
+	LeaseTTLMax time.Duration
 	// RetryBudget caps this process's retries on a connection at this
 	// fraction of its first attempts over FleetWindow, in [0, 1]; a retry
 	// over it is denied with [ReasonRetryBudget]. 0 disables the budget.
@@ -113,6 +117,7 @@ func (p Policy) breaker() breaker.Policy {
 		AuthBlock:           p.AuthBlock,
 		MaxProbes:           p.MaxProbes,
 		LeaseTTL:            p.LeaseTTL,
+		LeaseTTLMax:         p.LeaseTTLMax,
 		RetryBudget:         p.RetryBudget,
 		RetryBudgetMin:      p.RetryBudgetMin,
 		ThrottleK:           p.ThrottleK,
@@ -138,6 +143,7 @@ func policyOf(b breaker.Policy) Policy {
 		AuthBlock:           b.AuthBlock,
 		MaxProbes:           b.MaxProbes,
 		LeaseTTL:            b.LeaseTTL,
+		LeaseTTLMax:         b.LeaseTTLMax,
 		RetryBudget:         b.RetryBudget,
 		RetryBudgetMin:      b.RetryBudgetMin,
 		ThrottleK:           b.ThrottleK,

@@ -78,6 +78,7 @@ func TestParseConfig(t *testing.T) {
 				OpenBase: time.Second, OpenMax: time.Minute, Jitter: 0, RateLimitCooldown: 3 * time.Second,
 				OverloadFloor: 0, QuotaBlock: 2 * time.Hour, AuthBlock: time.Minute, MaxProbes: 3, LeaseTTL: 10 * time.Second,
 				RetryBudget: 0.1, RetryBudgetMin: 7, ThrottleK: 2, TripQuorum: 3, FleetWindow: 10 * time.Second, Shadow: true,
+				LeaseTTLMax: 10 * time.Minute,
 			}
 		}},
 		{"a switch alone is on", []string{"--shadow"}, nil, func(c *config) { c.policy.Shadow = true }},

@@ -90,6 +90,16 @@ var (
 		span: func(p *Policy) *time.Duration { return &p.FleetWindow }}
 )
 
+// The lease knobs.
+var (
+	knobLeaseTTL = &Knob{Name: "lease-ttl", Kind: Span, Min: float64(time.Millisecond), Max: float64(MaxDuration), Script: "lease_ttl",
+		Doc:  "probe lease time to live unless extended (at least 1ms)",
+		span: func(p *Policy) *time.Duration { return &p.LeaseTTL }}
+	knobLeaseTTLMax = &Knob{Name: "lease-ttl-max", Kind: Span, Min: 0, Max: float64(24 * time.Hour), Script: "lease_ttl_max",
+		Doc:  "longest time to live an ExtendLease gives a probe lease; a longer one asked for is cut to it (0: the API's 24h)",
+		span: func(p *Policy) *time.Duration { return &p.LeaseTTLMax }}
+)
+
 // knobs is every knob in the order of the flags, the file's keys and the
 // docs. The defaults are [DefaultPolicy]'s, read through the same fields.
 var knobs = []*Knob{
@@ -119,9 +129,7 @@ var knobs = []*Knob{
 	{Name: "max-probes", Kind: Count, Min: 1, Max: MaxProbes, TenantOnly: true, Script: "max_probes",
 		Doc:   "probe leases a half-open connection grants at once (1-16)",
 		count: func(p *Policy) *int { return &p.MaxProbes }},
-	{Name: "lease-ttl", Kind: Span, Min: float64(time.Millisecond), Max: float64(MaxDuration), Script: "lease_ttl",
-		Doc:  "probe lease time to live unless extended (at least 1ms)",
-		span: func(p *Policy) *time.Duration { return &p.LeaseTTL }},
+	knobLeaseTTL,
 	knobRetryBudget,
 	{Name: "retry-budget-min", Kind: Count, Min: 0, Max: 1000, Script: "budget_min",
 		Doc:   "retries per second the retry budget allows whatever its ratio (0-1000)",
@@ -132,6 +140,7 @@ var knobs = []*Knob{
 	{Name: "shadow", Kind: Switch, Min: 0, Max: 1, Script: "shadow",
 		Doc:  "shadow mode: compute and publish every decision, allow every call the policy would deny",
 		flag: func(p *Policy) *bool { return &p.Shadow }},
+	knobLeaseTTLMax,
 }
 
 // Knobs returns every knob, in the documented order. The slice is a copy;

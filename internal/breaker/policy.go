@@ -68,6 +68,10 @@ type Policy struct {
 	MaxProbes int
 	// LeaseTTL is a probe lease's time to live unless extended. Default 30 s.
 	LeaseTTL time.Duration
+	// LeaseTTLMax is the longest time to live an ExtendLease gives a probe
+	// lease: a longer one asked for is cut to it (see [Policy.LeaseExtension]).
+	// 0: no bound but the API's (24 h). Default 10 min.
+	LeaseTTLMax time.Duration
 
 	// The fleet rules (docs/policies.md): counts over FleetWindow of every
 	// process's calls, kept only while a rule that reads them is on.
@@ -119,6 +123,7 @@ func DefaultPolicy() Policy {
 		AuthBlock:           5 * time.Minute,
 		MaxProbes:           1,
 		LeaseTTL:            30 * time.Second,
+		LeaseTTLMax:         10 * time.Minute,
 		RetryBudget:         0.2,
 		RetryBudgetMin:      3,
 		FleetWindow:         30 * time.Second,
@@ -165,6 +170,19 @@ func (p Policy) Validate() error {
 		}}
 	}
 	return nil
+}
+
+// LeaseExtension is the time to live, in ms, that an ExtendLease asking for
+// ttl ms gives a lease: the policy's LeaseTTL for 0 or less, cut to
+// LeaseTTLMax when that is set (lua/extend.lua does the same).
+func (p Policy) LeaseExtension(ttl int64) int64 {
+	if ttl <= 0 {
+		ttl = ms(p.LeaseTTL)
+	}
+	if m := ms(p.LeaseTTLMax); m > 0 {
+		ttl = min(ttl, m)
+	}
+	return ttl
 }
 
 // fleetRules says whether a rule that reads the fleet window is on.

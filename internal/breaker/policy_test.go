@@ -18,7 +18,7 @@ func TestDefaultPolicyValidates(t *testing.T) {
 		ConsecutiveFailures: 5, FailureRate: 0.5, MinCalls: 20, Window: time.Minute,
 		OpenBase: 10 * time.Second, OpenMax: 5 * time.Minute, Jitter: 0.1,
 		RateLimitCooldown: 2 * time.Second, OverloadFloor: 5 * time.Second,
-		QuotaBlock: time.Hour, AuthBlock: 5 * time.Minute, MaxProbes: 1, LeaseTTL: 30 * time.Second,
+		QuotaBlock: time.Hour, AuthBlock: 5 * time.Minute, MaxProbes: 1, LeaseTTL: 30 * time.Second, LeaseTTLMax: 10 * time.Minute,
 		RetryBudget: 0.2, RetryBudgetMin: 3, FleetWindow: 30 * time.Second,
 	}, p, "the documented defaults")
 }

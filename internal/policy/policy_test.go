@@ -124,6 +124,7 @@ func TestErrorsNameTheFileKeys(t *testing.T) {
 		"open_base": "0s", "open_max": "-1s", "jitter": "1", "rate_limit_cooldown": "-1s",
 		"overload_floor": "-1s", "quota_block": "1500us", "auth_block": "-2s", "max_probes": "0", "lease_ttl": "-1s",
 		"retry_budget": "1.5", "retry_budget_min": "1001", "throttle_k": "0.5", "trip_quorum": "17", "fleet_window": "10m1ms",
+		"lease_ttl_max": "25h",
 	}
 	switches := 0
 	for _, k := range breaker.Knobs() {

@@ -40,6 +40,11 @@ func fastPolicy() breaker.Policy {
 func fleetPolicy(v uint64) breaker.Policy {
 	p := fastPolicy()
 	p.FleetWindow = 2 * time.Second
+	// Extensions ask for 50-450 ms: some are cut (lease_ttl_max), or, in
+	// every other sequence, none.
+	if v%2 == 0 {
+		p.LeaseTTLMax = 400 * time.Millisecond
+	}
 	switch v % 4 {
 	case 1:
 		p.RetryBudget, p.RetryBudgetMin = 0.3, 1
@@ -217,7 +222,7 @@ func (w *world) step(ctx context.Context, k int) string {
 		}
 		ttl := int64(50 + w.rng.IntN(400))
 		got, err := w.st.ExtendLease(ctx, c, tok, time.Duration(ttl)*time.Millisecond)
-		want, evs, werr := m.ExtendLease(w.now, tok, ttl)
+		want, evs, werr := m.ExtendLease(w.now, tok, w.policy.LeaseExtension(ttl))
 		w.events[i] = append(w.events[i], evs...)
 		desc := fmt.Sprintf("extend %d %s", i, tok)
 		if werr != nil {

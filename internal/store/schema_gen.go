@@ -120,7 +120,8 @@ var luaConstants = map[string]string{
 	"POLICY.lease_ttl":                "18",
 	"POLICY.budget_min":               "19",
 	"POLICY.quorum":                   "20",
-	"POLICY.history":                  "21",
+	"POLICY.lease_ttl_max":            "21",
+	"POLICY.history":                  "22",
 	"POLICY_HEAD":                     "'^([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),'",
 	"ADMIT_AT.now":                    "1",
 	"ADMIT_AT.decided":                "2",
@@ -255,7 +256,10 @@ func appendPolicy(b []byte, p breaker.Policy, idle time.Duration, history int) [
 	// 20: quorum (--trip-quorum)
 	b = strconv.AppendInt(b, int64(p.TripQuorum), 10)
 	b = append(b, ',')
-	// 21: history (the store's history cap (Options.HistoryLen))
+	// 21: lease_ttl_max (--lease-ttl-max)
+	b = strconv.AppendInt(b, p.LeaseTTLMax.Milliseconds(), 10)
+	b = append(b, ',')
+	// 22: history (the store's history cap (Options.HistoryLen))
 	b = strconv.AppendInt(b, int64(history), 10)
 	return b
 }

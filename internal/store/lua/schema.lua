@@ -141,7 +141,8 @@ POLICY = {
   lease_ttl = 18,
   budget_min = 19,
   quorum = 20,
-  history = 21,
+  lease_ttl_max = 21,
+  history = 22,
 }
 POLICY_HEAD = '^([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),([^,]+),'
 ADMIT_AT = {
@@ -243,6 +244,7 @@ local function policy_table(v)
     lease_ttl = v[18], -- --lease-ttl
     budget_min = v[19], -- --retry-budget-min
     quorum = v[20], -- --trip-quorum
-    history = v[21], -- the store's history cap (Options.HistoryLen)
+    lease_ttl_max = v[21], -- --lease-ttl-max
+    history = v[22], -- the store's history cap (Options.HistoryLen)
   }
 end

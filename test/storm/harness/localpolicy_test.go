@@ -31,7 +31,7 @@ func TestLocalPolicyIsTheReplicasPolicy(t *testing.T) {
 		OpenBase: lp.OpenBase, OpenMax: lp.OpenMax, Jitter: lp.Jitter, RateLimitCooldown: lp.RateLimitCooldown,
 		OverloadFloor: lp.OverloadFloor, QuotaBlock: lp.QuotaBlock, AuthBlock: lp.AuthBlock, MaxProbes: lp.MaxProbes,
 		LeaseTTL: lp.LeaseTTL, RetryBudget: lp.RetryBudget, RetryBudgetMin: lp.RetryBudgetMin, ThrottleK: lp.ThrottleK,
-		FleetWindow: lp.FleetWindow, Shadow: lp.Shadow,
+		FleetWindow: lp.FleetWindow, Shadow: lp.Shadow, LeaseTTLMax: lp.LeaseTTLMax,
 	}
 	for _, k := range breaker.Knobs() {
 		if k.Name == "trip-quorum" {
