@@ -211,7 +211,7 @@ func (r *recorder) answer(op *history.Op, kind history.Kind, raw []byte) []byte 
 			raw, _ = proto.Marshal(&m)
 		}
 		op.Res = history.Result{ServerTime: ms(m.GetServerTime()), Revision: m.GetRevision(), Phase: int(m.GetState()),
-			Accepted: m.GetAccepted(), Changed: m.GetChanged()}
+			Accepted: m.GetAccepted(), Changed: m.GetChanged(), NotReplicated: m.GetDurability() == cooldownv1.Durability_DURABILITY_NOT_REPLICATED}
 	case history.Extend:
 		var m cooldownv1.ExtendLeaseResponse
 		if proto.Unmarshal(raw, &m) != nil {

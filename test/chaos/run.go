@@ -36,11 +36,11 @@ func policyArgs(p breaker.Policy) []string {
 type cluster struct {
 	o        options
 	ps       *proctest.Group
-	redis    *redisServer // the master (single mode: behind the proxy)
-	replica  *redisServer // sentinel mode
-	sentinel *redisServer // sentinel mode
-	proxy    *proxy       // single mode
-	cds      []*replica   // cooldownd
+	redis    *redisServer   // the master (single mode: behind the proxy)
+	replicas []*redisServer // sentinel mode
+	sentinel *redisServer   // sentinel mode
+	proxy    *proxy         // single mode
+	cds      []*replica     // cooldownd
 	workers  []*workerProc
 	mu       sync.Mutex
 	events   []string // what happened, for the report
@@ -121,10 +121,16 @@ func (c *cluster) up() error {
 	}
 	var redisArgs []string
 	if c.o.sentinel {
-		c.replica = &redisServer{ps: c.ps, name: "redis-replica", port: port(),
-			extra: append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(c.redis.port)}, minReplicas...)}
-		if err := c.replica.start(); err != nil {
-			return err
+		// Two replicas: after a failover the new master keeps one (the
+		// other is pointed at it at once), so it takes writes again within
+		// about a second instead of waiting for the old master's resync.
+		for i := range 2 {
+			r := &redisServer{ps: c.ps, name: fmt.Sprintf("redis-replica-%d", i), port: port(),
+				extra: append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(c.redis.port)}, minReplicas...)}
+			if err := r.start(); err != nil {
+				return err
+			}
+			c.replicas = append(c.replicas, r)
 		}
 		sp := port()
 		conf := filepath.Join(c.ps.Dir(), "sentinel.conf")
@@ -142,7 +148,7 @@ func (c *cluster) up() error {
 			return err
 		}
 		time.Sleep(time.Second) // the sentinel learns the replica
-		redisArgs = []string{"--redis-mode", "sentinel", "--redis-addrs", c.sentinel.addr(), "--redis-master-name", "chaos"}
+		redisArgs = []string{"--redis-mode", "sentinel", "--redis-addrs", c.sentinel.addr(), "--redis-master-name", "chaos", "--wait-replicas", "1"}
 	} else {
 		pr, err := startProxy(c.redis.addr())
 		if err != nil {
@@ -169,7 +175,7 @@ func (c *cluster) up() error {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	c.logf("up: redis %s, %d replicas, policy %v", map[bool]string{false: "single behind a fault proxy", true: "master+replica+sentinel"}[c.o.sentinel], c.o.k, args)
+	c.logf("up: redis %s, %d replicas, policy %v", map[bool]string{false: "single behind a fault proxy", true: "master+2 replicas+sentinel"}[c.o.sentinel], c.o.k, args)
 	return nil
 }
 

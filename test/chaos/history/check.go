@@ -3,6 +3,7 @@ package history
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -50,8 +51,16 @@ func byConn(ops []Op) map[string][]Op {
 // lease is one probe lease as the history shows it: live from its grant
 // to the first of its expiry, its settlement and the next transition.
 type lease struct {
-	grant      Op
-	start, end int64
+	grant Op
+	start int64
+	// end is the earliest the lease may have ended, taking every
+	// settlement whose outcome is unknown (its answer lost or an error) as
+	// applied at its call; last the latest, taking them as never applied
+	// (the lease then ran to its expiry). An op without an answer is
+	// possibly applied and possibly not: a property that more leases break
+	// (max_probes) is checked against end, one that fewer leases break (a
+	// probe-in-flight denial needs a live lease) against last.
+	end, last int64
 }
 
 // Check verifies the safety properties over a whole run (see the package
@@ -78,21 +87,36 @@ func leases(g []Op) []lease {
 		}
 		l := lease{grant: o, start: o.Res.ServerTime, end: o.Res.LeaseExp}
 		for _, x := range g {
-			switch {
-			case x.Kind == Extend && x.LeaseToken == o.Res.LeaseToken && x.OK():
+			if x.Kind == Extend && x.LeaseToken == o.Res.LeaseToken && !x.OK() {
+				// An extension whose outcome is unknown may have moved the
+				// expiry as far as its TTL from its return (or the policy's).
+				ret := x.Return
+				if ret == 0 { // no answer: its return is open-ended
+					ret = math.MaxInt64 / 2
+				}
+				l.last = max(l.last, ret+max(x.TTL, Policy().LeaseTTL.Milliseconds()))
+			}
+			if x.Kind == Extend && x.LeaseToken == o.Res.LeaseToken && x.OK() {
 				l.end = max(l.end, x.Res.LeaseExp)
+			}
+		}
+		l.last = max(l.last, l.end)
+		for _, x := range g {
+			switch {
+			case x.Kind == Report && x.LeaseToken == o.Res.LeaseToken && x.OK() && x.Res.NotReplicated:
+				l.end = min(l.end, x.Res.ServerTime) // a failover may lose it
 			case x.Kind == Report && x.LeaseToken == o.Res.LeaseToken && x.OK():
-				l.end = min(l.end, x.Res.ServerTime)
+				l.end, l.last = min(l.end, x.Res.ServerTime), min(l.last, x.Res.ServerTime)
 			case x.Kind == Report && x.LeaseToken == o.Res.LeaseToken && !x.OK():
 				// A lost or failed settlement may have landed as early as
-				// its call: assume it did (no false alarm).
+				// its call, or never: end takes the one, last the other.
 				l.end = min(l.end, x.Call)
 			}
 		}
 		// Every transition ends the leases of the revision before it.
 		for _, x := range g {
 			if x.OK() && x.Kind != Get && x.Res.ServerTime >= l.start && x.Res.Revision > o.Res.Revision {
-				l.end = min(l.end, x.Res.ServerTime)
+				l.end, l.last = min(l.end, x.Res.ServerTime), min(l.last, x.Res.ServerTime)
 			}
 		}
 		out = append(out, l)
@@ -145,7 +169,7 @@ func checkCooldowns(id string, g []Op) []Violation {
 	var out []Violation
 	for _, r := range g {
 		hinted := r.Outcome >= int(breaker.OutcomeRateLimited) && r.Outcome <= int(breaker.OutcomeAuthFailure)
-		if r.Kind != Report || !r.OK() || r.RetryAfter <= 0 || !hinted {
+		if r.Kind != Report || !r.OK() || r.RetryAfter <= 0 || !hinted || r.Res.NotReplicated {
 			continue
 		}
 		until := r.Res.ServerTime + r.RetryAfter
@@ -196,7 +220,7 @@ func checkDenials(id string, g []Op, ls []lease, p breaker.Policy) []Violation {
 		t := a.Res.ServerTime
 		ok := false
 		for _, l := range ls {
-			if l.start <= t && t < l.end+1 && l.grant.Res.Revision == a.Res.Revision {
+			if l.start <= t && t < l.last+1 && l.grant.Res.Revision == a.Res.Revision {
 				ok = true
 			}
 		}

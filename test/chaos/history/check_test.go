@@ -185,3 +185,62 @@ func TestLostAnswers(t *testing.T) {
 		assert.Empty(t, Check(ops, testPolicy()), "seed %d", seed)
 	}
 }
+
+// TestUnknownSettlement (issue 28): a probe's report that was answered
+// with an error (the new master refused it, NOREPLICAS) or not at all may
+// not have settled the lease, so a PROBE_IN_FLIGHT denial while the lease
+// could still be live is no violation; the checker took it as certainly
+// applied and reported one (the 150 s Sentinel run's violation). The
+// seeded bug, a PROBE_IN_FLIGHT denial after the lease's expiry with no
+// lease that could be live, is still caught.
+func TestUnknownSettlement(t *testing.T) {
+	t.Parallel()
+	p := testPolicy()
+	const conn, grantAt, rev = "c1", int64(1_000_000), uint64(3)
+	exp := grantAt + p.LeaseTTL.Milliseconds()
+	grant := Op{Process: 1, ID: 1, Kind: Admit, Conn: conn, Call: grantAt - 2, Return: grantAt + 1,
+		Res: Result{ServerTime: grantAt, Decision: int(breaker.AllowProbe), Revision: rev, Phase: int(breaker.HalfOpen),
+			LeaseToken: "tok", LeaseExp: exp}}
+	settle := func(code string) Op {
+		o := Op{Process: 1, ID: 2, Kind: Report, Conn: conn, Call: grantAt + 100, LeaseToken: "tok", Revision: rev,
+			Outcome: int(breaker.OutcomeSuccess), Code: code}
+		if code != "lost" {
+			o.Return = grantAt + 110
+		}
+		return o
+	}
+	denied := func(at int64) Op {
+		return Op{Process: 2, ID: 1, Kind: Admit, Conn: conn, Call: at - 1, Return: at + 1,
+			Res: Result{ServerTime: at, Decision: int(breaker.Deny), Reason: int(breaker.ReasonProbeInFlight), Revision: rev,
+				Phase: int(breaker.HalfOpen), RetryAfter: exp - at, AvailAt: exp}}
+	}
+	for _, tc := range []struct {
+		name     string
+		ops      []Op
+		property string // "" for none
+	}{
+		{"failed settlement, denial inside the lease", []Op{grant, settle("unavailable"), denied(grantAt + 226)}, ""},
+		{"lost settlement, denial inside the lease", []Op{grant, settle("lost"), denied(grantAt + 226)}, ""},
+		{"answered settlement, denial after it", []Op{grant, withRes(settle(""), Result{ServerTime: grantAt + 105,
+			Revision: rev + 1, Phase: int(breaker.Closed), Accepted: true, Changed: true}), denied(grantAt + 226)},
+			"denials consistent with the state"},
+		{"seeded: denial after the lease's expiry", []Op{grant, settle("unavailable"), func() Op {
+			d := denied(exp + 50)
+			d.Res.RetryAfter, d.Res.AvailAt = 100, exp+150
+			return d
+		}()}, "denials consistent with the state"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			vs := Check(tc.ops, p)
+			if tc.property == "" {
+				assert.Empty(t, vs)
+				return
+			}
+			require.NotEmpty(t, vs)
+			assert.Equal(t, tc.property, vs[0].Property, "%v", vs)
+		})
+	}
+}
+
+func withRes(o Op, r Result) Op { o.Res = r; return o }
