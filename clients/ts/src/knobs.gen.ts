@@ -56,6 +56,8 @@ export interface Policy {
   fleetWindowMs: number;
   /** --shadow: shadow mode: compute and publish every decision, allow every call the policy would deny. Default false. */
   shadow: boolean;
+  /** --lease-ttl-max: longest time to live an ExtendLease gives a probe lease; a longer one asked for is cut to it (0: the API's 24h), in ms. Default 10m. */
+  leaseTtlMaxMs: number;
 }
 
 /** cooldownd's documented default policy (breaker.DefaultPolicy). */
@@ -80,6 +82,7 @@ export function defaultPolicy(): Policy {
     tripQuorum: 0,
     fleetWindowMs: 30000,
     shadow: false,
+    leaseTtlMaxMs: 600000,
   };
 }
 
@@ -150,6 +153,8 @@ export const knobs: readonly Knob[] = [
     doc: "window of the fleet's counts for the retry budget, the throttle and the trip quorum (1ms to 10m while one is on)" },
   { name: "shadow", key: "shadow", field: "shadow", kind: "switch", unit: "", min: 0, max: 1, maxExclusive: false, default: false, tenantOnly: false, serverOnly: false,
     doc: "shadow mode: compute and publish every decision, allow every call the policy would deny" },
+  { name: "lease-ttl-max", key: "lease_ttl_max", field: "leaseTtlMaxMs", kind: "span", unit: "ms", min: 0, max: 86400000, maxExclusive: false, default: 600000, tenantOnly: false, serverOnly: false,
+    doc: "longest time to live an ExtendLease gives a probe lease; a longer one asked for is cut to it (0: the API's 24h)" },
 ];
 
 /** internal/breaker's Window, as the port holds it (times Unix ms). */

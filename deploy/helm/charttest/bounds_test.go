@@ -90,6 +90,10 @@ var boundsCases = []boundsCase{
 	{name: "lease TTL 0", sets: []string{"policy.leaseTTL=0"}, refused: []string{"at '/policy/leaseTTL': minimum: got 0, want 1"}},
 	{name: "lease TTL 0ms", sets: []string{"policy.leaseTTL=0ms"}, refused: []string{"at '/policy/leaseTTL': '0ms' does not match pattern '[1-9]'"}},
 	{name: "lease TTL 1ms", sets: []string{"policy.leaseTTL=1ms"}},
+	{name: "lease TTL max 24h, its own maximum", sets: []string{"policy.leaseTTLMax=24h"}},
+	{name: "lease TTL max 0 (the API's bound)", sets: []string{"policy.leaseTTLMax=0"}},
+	{name: "lease TTL max above its own maximum", sets: []string{"policy.leaseTTLMax=24h1ms"},
+		refused: []string{"policy.leaseTTLMax must be at most 24h, got 24h1ms"}},
 	{name: "lease TTL of a nanosecond", sets: []string{"policy.leaseTTL=1ns"},
 		refused: []string{"policy.leaseTTL must be whole milliseconds, got 1ns"}},
 	{name: "17 probes", sets: []string{"policy.maxProbes=17"}, refused: []string{"/policy/maxProbes"}},
@@ -305,7 +309,7 @@ func TestChartDefaultsAreTheBinarys(t *testing.T) {
 	// Every knob of the policy table (the flags after --lease-ttl are the
 	// fleet rules') reaches the ConfigMap.
 	for _, k := range []string{"CONSECUTIVE_FAILURES", "FAILURE_RATE", "MIN_CALLS", "WINDOW", "OPEN_BASE", "OPEN_MAX", "JITTER",
-		"RATE_LIMIT_COOLDOWN", "OVERLOAD_FLOOR", "QUOTA_BLOCK", "AUTH_BLOCK", "MAX_PROBES", "LEASE_TTL",
+		"RATE_LIMIT_COOLDOWN", "OVERLOAD_FLOOR", "QUOTA_BLOCK", "AUTH_BLOCK", "MAX_PROBES", "LEASE_TTL", "LEASE_TTL_MAX",
 		"RETRY_BUDGET", "RETRY_BUDGET_MIN", "THROTTLE_K", "TRIP_QUORUM", "FLEET_WINDOW", "SHADOW"} {
 		require.Contains(t, help, "COOLDOWND_"+k)
 		assert.Contains(t, data, "COOLDOWND_"+k, "the chart does not pass --%s", strings.ToLower(strings.ReplaceAll(k, "_", "-")))
@@ -346,7 +350,7 @@ func envFromValues(t *testing.T, defaults map[string]string, values map[string]a
 		"consecutiveFailures": "CONSECUTIVE_FAILURES", "failureRate": "FAILURE_RATE", "minCalls": "MIN_CALLS", "window": "WINDOW",
 		"openBase": "OPEN_BASE", "openMax": "OPEN_MAX", "jitter": "JITTER", "rateLimitCooldown": "RATE_LIMIT_COOLDOWN",
 		"overloadFloor": "OVERLOAD_FLOOR", "quotaBlock": "QUOTA_BLOCK", "authBlock": "AUTH_BLOCK", "maxProbes": "MAX_PROBES",
-		"leaseTTL": "LEASE_TTL", "retryBudget": "RETRY_BUDGET", "retryBudgetMin": "RETRY_BUDGET_MIN", "throttleK": "THROTTLE_K",
+		"leaseTTL": "LEASE_TTL", "leaseTTLMax": "LEASE_TTL_MAX", "retryBudget": "RETRY_BUDGET", "retryBudgetMin": "RETRY_BUDGET_MIN", "throttleK": "THROTTLE_K",
 		"tripQuorum": "TRIP_QUORUM", "fleetWindow": "FLEET_WINDOW", "shadow": "SHADOW", "idleTTL": "IDLE_TTL", "history": "HISTORY", "shutdownTimeout": "SHUTDOWN_TIMEOUT",
 		"maxConnectionsPerTenant": "MAX_CONNECTIONS_PER_TENANT", "tokensReloadInterval": "TOKENS_RELOAD_INTERVAL",
 	}

@@ -603,6 +603,7 @@ throttle_k: {value: throttleK, kind: ratio}
 trip_quorum: {value: tripQuorum, kind: count}
 fleet_window: {value: fleetWindow, kind: span, maxMs: 604800000, max: 168h}
 shadow: {value: shadow, kind: switch}
+lease_ttl_max: {value: leaseTTLMax, kind: span, maxMs: 86400000, max: 24h}
 {{- end }}
 
 {{/*
