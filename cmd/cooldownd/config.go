@@ -92,8 +92,9 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.requestTimeout, "request-timeout", 10*time.Second, "bound of each unary RPC (a caller's shorter deadline wins); watch streams are not bounded")
 	fs.DurationVar(&c.streamTimeout, "stream-write-timeout", 30*time.Second, "a watch stream whose client does not take a write within this is ended")
 	fs.DurationVar(&c.readyTimeout, "readiness-timeout", time.Second, "/healthz and grpc health answer within this; keep it under the probes' timeoutSeconds")
-	fs.IntVar(&c.waitReplicas, "wait-replicas", 0, "answer a report that opens a connection only once this many replicas have it (WAIT); 0: asynchronous replication (see docs/reliability.md)")
-	fs.DurationVar(&c.waitTimeout, "wait-timeout", store.DefaultReplicaTimeout, "with --wait-replicas: how long such a report waits before it fails unavailable")
+	c.waitReplicas = waitReplicasAuto
+	fs.Var(waitReplicasFlag{&c.waitReplicas}, "wait-replicas", "answer a report that makes a transition only once this many replicas have it (WAIT), else NOT_REPLICATED; 0: asynchronous replication; auto: 1 with Sentinel, Cluster or a single Redis that has a replica, else 0 (see docs/reliability.md)")
+	fs.DurationVar(&c.waitTimeout, "wait-timeout", store.DefaultReplicaTimeout, "with --wait-replicas: how long such a report waits before it is answered NOT_REPLICATED")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own instead of --addr (for example :9090, reachable by Prometheus only)")
 	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the bearer token /metrics requires (it lists tenant names); empty: /metrics is open")
 	fs.StringVar(&c.corsOrigins, "cors-origins", "", "comma-separated browser origins allowed to call the API cross-origin (https://app.example.com, or * for any); empty: no CORS")
@@ -260,10 +261,10 @@ func (c config) validate() error {
 	if c.maxConnsTenant < 1 {
 		errs = append(errs, errors.New("--max-connections-per-tenant must be positive"))
 	}
-	if c.waitReplicas < 0 || c.waitReplicas > 16 {
-		errs = append(errs, fmt.Errorf("--wait-replicas must be in [0, 16], got %d", c.waitReplicas))
+	if c.waitReplicas != waitReplicasAuto && (c.waitReplicas < 0 || c.waitReplicas > 16) {
+		errs = append(errs, fmt.Errorf("--wait-replicas must be in [0, 16] or auto, got %d", c.waitReplicas))
 	}
-	if c.waitReplicas > 0 && c.waitTimeout >= c.redisTimeout {
+	if (c.waitReplicas > 0 || c.waitReplicas == waitReplicasAuto && !c.redis.embedded()) && c.waitTimeout >= c.redisTimeout {
 		errs = append(errs, fmt.Errorf("--wait-timeout (%s) must be shorter than --redis-timeout (%s), which bounds the WAIT too", c.waitTimeout, c.redisTimeout))
 	}
 	if c.waitReplicas > 0 && c.redis.embedded() {

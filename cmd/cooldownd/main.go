@@ -109,7 +109,7 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 	}
 	defer closeRedis()
 	sopts := store.Options{Policy: &cfg.policy, IdleTTL: cfg.idleTTL, History: cfg.history, MaxConnsPerTenant: cfg.maxConnsTenant,
-		Durability: store.Durability{Replicas: cfg.waitReplicas, Timeout: cfg.waitTimeout}, ReportKeyTTL: cfg.reportKeyTTL}
+		Durability: store.Durability{Replicas: resolveWaitReplicas(ctx, cfg, rdb, log), Timeout: cfg.waitTimeout}, ReportKeyTTL: cfg.reportKeyTTL}
 	if cfg.policyFile != "" {
 		policies, err := loadPolicies(cfg.policyFile, cfg.policy)
 		if err != nil {
