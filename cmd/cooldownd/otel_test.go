@@ -130,7 +130,10 @@ func TestTraceFollowsAFallbackToRedis(t *testing.T) {
 
 	ctx := t.Context()
 	// The primary's shared cooldown, set by a client that does not trace.
-	setup, err := client.New(in.url())
+	// A generous admit timeout: under load a 250 ms Admit would be decided
+	// in-process, and neither the cooldown nor the trace would reach
+	// cooldownd.
+	setup, err := client.New(in.url(), client.WithAdmitTimeout(10*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = setup.Close() })
 	primary, err := setup.Connection("openai", provider.URL, apiKey, "gpt-4o", "")
@@ -139,6 +142,7 @@ func TestTraceFollowsAFallbackToRedis(t *testing.T) {
 	require.NoError(t, err)
 	adm, err := setup.Admit(ctx, primary)
 	require.NoError(t, err)
+	require.False(t, adm.Local, "cooldownd decided")
 	require.NoError(t, setup.Report(ctx, adm, client.Classification{Outcome: client.OutcomeRateLimited, HTTPStatus: 429, RetryAfter: time.Minute}))
 
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(recv.URL+"/v1/traces"))
@@ -146,7 +150,7 @@ func TestTraceFollowsAFallbackToRedis(t *testing.T) {
 	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", "app")))
 	require.NoError(t, err)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	c, err := client.New(in.url(), client.WithTracerProvider(tp))
+	c, err := client.New(in.url(), client.WithTracerProvider(tp), client.WithAdmitTimeout(10*time.Second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 
@@ -166,6 +170,24 @@ func TestTraceFollowsAFallbackToRedis(t *testing.T) {
 	app.End()
 	require.Equal(t, fallback.ID().String(), calledWith, "the primary is in cooldown: the fallback is called")
 	traceID := app.SpanContext().TraceID()
+
+	// The RPC latency histogram's exemplar carries the trace id, in the
+	// OpenMetrics format only.
+	scrape := func(accept string) string {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, in.url()+"/metrics", nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept", accept)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return string(b)
+	}
+	exemplar := `trace_id="` + traceID.String() + `"`
+	assert.Regexp(t, `cooldownd_rpc_duration_seconds_bucket\{code="ok",procedure="/cooldown.v1.CooldownService/Admit",le="[^"]+"\} \d+ # \{`+exemplar,
+		scrape("application/openmetrics-text; version=1.0.0"))
+	assert.NotContains(t, scrape("text/plain"), exemplar, "the Prometheus text format is as before")
 
 	require.NoError(t, tp.Shutdown(ctx)) // the application's spans are sent
 	require.NoError(t, in.stop(t))       // cooldownd flushes its spans at exit
