@@ -124,6 +124,9 @@ func (c *cluster) up() error {
 		// Two replicas: after a failover the new master keeps one (the
 		// other is pointed at it at once), so it takes writes again within
 		// about a second instead of waiting for the old master's resync.
+		// --wait-replicas 2 (both): with 1, the demoted master's other
+		// replica acknowledged writes between the promotion and Sentinel's
+		// reconfiguration, which the failover then lost (docs/reliability.md).
 		for i := range 2 {
 			r := &redisServer{ps: c.ps, name: fmt.Sprintf("redis-replica-%d", i), port: port(),
 				extra: append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(c.redis.port)}, minReplicas...)}
@@ -148,7 +151,7 @@ func (c *cluster) up() error {
 			return err
 		}
 		time.Sleep(time.Second) // the sentinel learns the replica
-		redisArgs = []string{"--redis-mode", "sentinel", "--redis-addrs", c.sentinel.addr(), "--redis-master-name", "chaos", "--wait-replicas", "1"}
+		redisArgs = []string{"--redis-mode", "sentinel", "--redis-addrs", c.sentinel.addr(), "--redis-master-name", "chaos", "--wait-replicas", "2"}
 	} else {
 		pr, err := startProxy(c.redis.addr())
 		if err != nil {

@@ -152,7 +152,7 @@ func checkStale(id string, g []Op) []Violation {
 			continue
 		}
 		for _, x := range g {
-			if x.OK() && x.Kind != Get && x.Res.ServerTime < r.Res.ServerTime && x.Res.Revision > r.Revision {
+			if x.OK() && !x.Res.NotReplicated && x.Kind != Get && x.Res.ServerTime < r.Res.ServerTime && x.Res.Revision > r.Revision {
 				out = append(out, Violation{Property: "no stale report accepted", Conn: id,
 					Detail: fmt.Sprintf("report of revision %d accepted at %d after revision %d was seen at %d",
 						r.Revision, r.Res.ServerTime, x.Res.Revision, x.Res.ServerTime), Ops: []Op{x, r}})

@@ -244,3 +244,35 @@ func TestUnknownSettlement(t *testing.T) {
 }
 
 func withRes(o Op, r Result) Op { o.Res = r; return o }
+
+// TestNotReplicatedMayBeLost: a report answered NOT_REPLICATED may be
+// undone by a failover, so a later report accepted on the revision before
+// it is no stale accept; with the same report answered replicated it is
+// (the seeded bug, still caught).
+func TestNotReplicatedMayBeLost(t *testing.T) {
+	t.Parallel()
+	const conn, at = "c2", int64(2_000_000)
+	opened := Op{Process: 1, ID: 1, Kind: Report, Conn: conn, Call: at - 5, Return: at + 5, Outcome: int(breaker.OutcomeRateLimited),
+		RetryAfter: 400, Res: Result{ServerTime: at, Revision: uint64(at), Phase: int(breaker.Open), Accepted: true, Changed: true}}
+	stale := Op{Process: 2, ID: 1, Kind: Report, Conn: conn, Call: at + 10_000, Return: at + 10_010, Outcome: int(breaker.OutcomeTransientFailure),
+		Res: Result{ServerTime: at + 10_005, Revision: 0, Phase: int(breaker.Closed), Accepted: true}}
+	for _, tc := range []struct {
+		name string
+		nrep bool
+		want int
+	}{
+		{"not replicated: possibly lost", true, 0},
+		{"seeded: replicated, then a stale accept", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := opened
+			o.Res.NotReplicated = tc.nrep
+			vs := Check([]Op{o, stale}, testPolicy())
+			require.Len(t, vs, tc.want, "%v", vs)
+			if tc.want > 0 {
+				assert.Equal(t, "no stale report accepted", vs[0].Property)
+			}
+		})
+	}
+}

@@ -65,7 +65,7 @@ func Model(p breaker.Policy) porcupine.Model {
 // step applies op to m; it returns the states op may lead to, none when
 // op's answer is impossible from m.
 func step(p breaker.Policy, m mstate, op Op) []any {
-	if op.Lost() || (!op.OK() && op.Kind != Extend) {
+	if op.Lost() || (!op.OK() && op.Kind != Extend) || op.Res.NotReplicated { // NOT_REPLICATED: a failover may undo it
 		// No answer, or an error: it may have been applied or not.
 		return []any{m, mstate{wild: true}}
 	}
