@@ -143,10 +143,8 @@ func (l *local) report(now time.Time, a Admission, cl Classification, fresh bool
 func (l *local) extend(now time.Time, a Admission, ttl time.Duration) (time.Time, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if ttl <= 0 {
-		ttl = l.policy.LeaseTTL
-	}
-	lease, _, err := l.state(a.Conn.id).ExtendLease(now.UnixMilli(), a.LeaseToken, ttl.Milliseconds())
+	// The policy's LeaseTTL for 0, cut to its LeaseTTLMax, as cooldownd's.
+	lease, _, err := l.state(a.Conn.id).ExtendLease(now.UnixMilli(), a.LeaseToken, l.policy.LeaseExtension(ttl.Milliseconds()))
 	if err != nil {
 		return time.Time{}, err
 	}
