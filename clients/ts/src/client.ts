@@ -23,6 +23,7 @@ import { QueueBackoffBaseMs, QueueBackoffCapMs, ReportQueue } from "./queue.js";
 import { admission, retries, validConns, wireConn, type Admission } from "./admission.js";
 import { isStream } from "./body.js";
 import { randN, run, type AttemptContext, type GuardHost, type GuardOptions, type GuardPolicy } from "./guard.js";
+import { Tracing, type GuardKind } from "./otel.js";
 import { Local, Revisions } from "./local.js";
 import { config, parseEndpoints, type ClientOptions, type Config, type Stats } from "./options.js";
 import { informs, reportDelay, reportRequest, withHint } from "./report.js";
@@ -83,6 +84,8 @@ export class Client {
   private readonly mirror: Mirror | undefined;
   /** The id every report carries (the reporter option). */
   readonly reporter: string;
+  /** The spans of the guarded calls (otel.ts). */
+  private readonly tracing: Tracing;
 
   /**
    * baseUrl is one cooldownd URL or several separated by commas (at most
@@ -92,6 +95,7 @@ export class Client {
    */
   constructor(baseUrl: string, opts: ClientOptions = {}) {
     const urls = parseEndpoints(baseUrl);
+    this.tracing = new Tracing(opts.tracerProvider);
     this.now = opts.now ?? Date.now;
     const cfg = config(opts, this.now);
     this.cfg = cfg;
@@ -101,7 +105,7 @@ export class Client {
     const sleepFn = opts.sleep ?? sleep;
     this.host = {
       admit: (cands, o) => this.admit(cands, o), reportOpen: (a, cl) => this.reportOpen(a, cl),
-      log: this.log, rules: cfg.rules, now: this.now, sleep: sleepFn,
+      log: this.log, rules: cfg.rules, now: this.now, sleep: sleepFn, tracing: this.tracing,
     };
     this.endpoints = new Endpoints(urls, opts, cfg.admitTimeoutMs, this.log);
     this.health = new Health(cfg.degradeAfter, cfg.degradeWindowMs, cfg.serviceRetryMs, this.endpoints.list.length,
@@ -168,7 +172,11 @@ export class Client {
    * chosen one was and report() passes it on; the guards do this by
    * themselves. A retry is never admitted from the mirror.
    */
-  async admit(cands: Conn[], opts: { signal?: AbortSignal; sent?: readonly Conn[] } = {}): Promise<Admission> {
+  admit(cands: Conn[], opts: { signal?: AbortSignal; sent?: readonly Conn[] } = {}): Promise<Admission> {
+    return this.tracing.admit(cands.length, () => this.admitUntraced(cands, opts));
+  }
+
+  private async admitUntraced(cands: Conn[], opts: { signal?: AbortSignal; sent?: readonly Conn[] }): Promise<Admission> {
     validConns(cands);
     const retry = retries(cands, opts.sent);
     let ticket: MirrorTicket | undefined;
@@ -224,7 +232,11 @@ export class Client {
   }
 
   /** Reports and says whether the connection is open after it. */
-  private async reportOpen(a: Admission, cl: Classification): Promise<boolean> {
+  private reportOpen(a: Admission, cl: Classification): Promise<boolean> {
+    return this.tracing.report(a, cl, () => this.reportUntraced(a, cl));
+  }
+
+  private async reportUntraced(a: Admission, cl: Classification): Promise<boolean> {
     if (!(a.conn instanceof Conn)) throw new InvalidConnError("zero Conn");
     if (cl.outcome < Outcome.Success || cl.outcome > Outcome.Canceled) throw new Error(`client: report: invalid outcome ${outcomeName(cl.outcome)}`);
     const retry = a.retry ?? false;
@@ -377,7 +389,7 @@ export class Client {
    * not retry by itself.
    */
   do(conn: Conn, call: (ctx: AttemptContext) => Promise<Response>, opts: GuardOptions = {}): Promise<Response> {
-    return this.guard([conn], this.cfg.maxRetries, call, opts);
+    return this.guard([conn], this.cfg.maxRetries, call, opts, "do");
   }
 
   /**
@@ -386,7 +398,7 @@ export class Client {
    * that may go; a provider or credential failure moves on at once.
    */
   doFallback(conns: Conn[], call: (ctx: AttemptContext) => Promise<Response>, opts: GuardOptions = {}): Promise<Response> {
-    return this.guard(conns, this.cfg.maxRetries, call, opts);
+    return this.guard(conns, this.cfg.maxRetries, call, opts, "fallback");
   }
 
   /**
@@ -407,7 +419,7 @@ export class Client {
       // init.body can be sent once only.
       const retries = isStream(body) ? 0 : this.cfg.maxRetries;
       try {
-        return await this.guard([c], retries, () => base(input instanceof Request ? input.clone() : input, init), { signal });
+        return await this.guard([c], retries, () => base(input instanceof Request ? input.clone() : input, init), { signal }, "fetch");
       } catch (e) {
         if (e instanceof GuardError && e.response && !signal?.aborted) return e.response;
         if (signal?.aborted && e instanceof GuardError && e.lastOutcome === Outcome.Canceled) throw signal.reason ?? e;
@@ -417,8 +429,9 @@ export class Client {
     return guarded as typeof globalThis.fetch;
   }
 
-  private guard(cands: Conn[], maxRetries: number, call: (ctx: AttemptContext) => Promise<Response>, opts: GuardOptions): Promise<Response> {
-    return run(this.host, this.guardPolicy(maxRetries), cands, call, opts);
+  private guard(cands: Conn[], maxRetries: number, call: (ctx: AttemptContext) => Promise<Response>, opts: GuardOptions,
+    kind: GuardKind): Promise<Response> {
+    return run(this.host, this.guardPolicy(maxRetries), cands, call, opts, kind);
   }
 
   /** The guard's knobs from the client's configuration. */

@@ -13,6 +13,7 @@ import type { Conn } from "./conn.js";
 import { DeniedError, GuardError, UnavailableError } from "./errors.js";
 import type { Logger } from "./log.js";
 import { validConns } from "./admission.js";
+import { deniedCause, retryCause, traceAttempt, traceWait, type GuardKind, type Tracing } from "./otel.js";
 
 /** The least delay before retrying an overloaded provider. */
 export const OverloadFloorMs = 5_000;
@@ -169,10 +170,18 @@ export interface GuardHost {
   readonly rules: Rules;
   now(): number;
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
+  /** The client's spans (otel.ts). */
+  readonly tracing?: Tracing;
 }
 
 /** Runs one guarded call over the candidates, in order of preference (Go's Client.guard). */
-export async function run(h: GuardHost, p: GuardPolicy, cands: Conn[], call: (ctx: AttemptContext) => Promise<Response>,
+export function run(h: GuardHost, p: GuardPolicy, cands: Conn[], call: (ctx: AttemptContext) => Promise<Response>,
+  opts: GuardOptions, kind: GuardKind = "do"): Promise<Response> {
+  if (!h.tracing) return guarded(h, p, cands, call, opts);
+  return h.tracing.guard(kind, cands.length, () => guarded(h, p, cands, call, opts));
+}
+
+async function guarded(h: GuardHost, p: GuardPolicy, cands: Conn[], call: (ctx: AttemptContext) => Promise<Response>,
   opts: GuardOptions): Promise<Response> {
   validConns(cands);
   let signal = opts.signal;
@@ -213,6 +222,7 @@ export async function run(h: GuardHost, p: GuardPolicy, cands: Conn[], call: (ct
         continue;
       }
       h.log.debug("waiting for a denied connection", { conn: adm.conn.toJSON(), wait_ms: st.delayMs });
+      traceWait(st.delayMs, deniedCause(adm.reason));
       try {
         await h.sleep(st.delayMs, signal);
       } catch {
@@ -224,7 +234,7 @@ export async function run(h: GuardHost, p: GuardPolicy, cands: Conn[], call: (ct
 
     attempts++;
     if (!adm.retry && !sent.some((x) => x.idHex === adm.conn.idHex)) sent.push(adm.conn);
-    const { resp, cl, err } = await attempt(h.rules, adm, attempts, call, signal);
+    const { resp, cl, err } = await traceAttempt(adm, attempts, () => attempt(h.rules, adm, attempts, call, signal));
     let open = false;
     try {
       open = await h.reportOpen(adm, cl);
@@ -241,6 +251,7 @@ export async function run(h: GuardHost, p: GuardPolicy, cands: Conn[], call: (ct
         b.retries++;
         h.log.debug("retrying provider call", { conn: adm.conn.toJSON(), attempt: attempts, outcome: outcomeName(cl.outcome),
           http_status: cl.httpStatus, error_code: cl.errorCode, delay_ms: st.delayMs });
+        traceWait(st.delayMs, retryCause(cl.outcome));
         try {
           await h.sleep(st.delayMs, signal);
         } catch {

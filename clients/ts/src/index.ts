@@ -28,3 +28,4 @@ export { parseId, InvalidConnectionError, type ConnectionInput } from "./keys.js
 export { consoleLogger, silentLogger, type Logger } from "./log.js";
 export type { QueueStats } from "./queue.js";
 export type { MirrorStats } from "./mirror.js";
+export { TracerName, type TracerProviderLike } from "./otel.js";

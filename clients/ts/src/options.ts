@@ -8,6 +8,7 @@ import { defaultPolicy, validatePolicy, type Policy } from "./breaker.js";
 import { DefaultMaxBodyBytes, DefaultMaxServerDelayMs, type Rules } from "./classify.js";
 import { MaxSaltLen, MinSaltLen } from "./keys.js";
 import type { Logger } from "./log.js";
+import type { TracerProviderLike } from "./otel.js";
 import { DefaultMirrorIntervalMs, type MirrorStats } from "./mirror.js";
 import { DefaultReportQueueMaxAgeMs, DefaultReportQueueSize, type QueueStats } from "./queue.js";
 
@@ -85,6 +86,12 @@ export interface ClientOptions {
    * a secret). Default: a random one per Client (16 hex characters).
    */
   reporter?: string;
+  /**
+   * The OpenTelemetry TracerProvider of the client's spans (docs/observability.md).
+   * Default: the global one, once the application registers one; without
+   * @opentelemetry/api installed the client makes no span.
+   */
+  tracerProvider?: TracerProviderLike;
   /** For tests: builds the transport of one endpoint (default: the one protocol and httpVersion name). */
   transport?: (baseUrl: string, interceptors: Interceptor[]) => Transport;
 }

@@ -9,6 +9,7 @@ import { CooldownService } from "./gen/v1/cooldown_pb.js";
 import { errorChain } from "./classify.js";
 import type { Logger } from "./log.js";
 import type { ClientOptions } from "./options.js";
+import { traceContext } from "./otel.js";
 
 export type RpcKind = "ok" | "rejected" | "capped" | "outage" | "failed";
 
@@ -64,7 +65,7 @@ export class Endpoints {
   current: number;
 
   constructor(urls: string[], opts: ClientOptions, private readonly admitTimeoutMs: number, private readonly log: Logger) {
-    const interceptors: Interceptor[] = [];
+    const interceptors: Interceptor[] = [traceContext];
     if (opts.token) {
       const header = "Bearer " + opts.token;
       interceptors.push((next) => (req) => {
