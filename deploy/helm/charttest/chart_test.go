@@ -182,9 +182,17 @@ func checkInvariants(t *testing.T, r *rendered) {
 	sp := svc.Spec.Ports[0]
 	assert.Equal(t, "http", sp.Name)
 	require.Equal(t, intstr.FromString("http"), sp.TargetPort)
-	require.Len(t, c.Ports, 1)
+	require.NotEmpty(t, c.Ports)
 	assert.Equal(t, "http", c.Ports[0].Name)
 	assert.Contains(t, c.Args, "--addr=:"+itoa(c.Ports[0].ContainerPort), "cooldownd must listen on the container port")
+	// With auth on, /metrics has a port of its own (TestMetricsPortWithAuth).
+	if addr, ok := flagsOf(t, c.Args)["metrics-addr"]; ok {
+		require.Len(t, c.Ports, 2)
+		assert.Equal(t, "metrics", c.Ports[1].Name)
+		assert.Equal(t, ":"+itoa(c.Ports[1].ContainerPort), addr, "cooldownd must serve /metrics on the metrics port")
+	} else {
+		require.Len(t, c.Ports, 1)
+	}
 	wantPath := map[string]string{"readiness": "/healthz", "liveness": "/livez", "startup": "/healthz"}
 	for probeName, p := range map[string]*corev1.Probe{"readiness": c.ReadinessProbe, "liveness": c.LivenessProbe, "startup": c.StartupProbe} {
 		require.NotNil(t, p, "%s probe", probeName)
@@ -539,7 +547,9 @@ func TestFeatures(t *testing.T) {
 		assert.Equal(t, "monitoring", sm.Namespace)
 		assert.Equal(t, "prom", sm.Labels["release"])
 		assert.Equal(t, []string{namespace}, sm.Spec.NamespaceSelector.MatchNames)
-		svc := one[*corev1.Service](t, r, fullname)
+		// Auth is on by default, so /metrics has a Service of its own
+		// (TestMetricsPortWithAuth).
+		svc := one[*corev1.Service](t, r, fullname+"-metrics")
 		assert.True(t, selects(t, &sm.Spec.Selector, svc.Labels), "ServiceMonitor does not select the Service")
 		require.Len(t, sm.Spec.Endpoints, 1)
 		assert.Equal(t, svc.Spec.Ports[0].Name, sm.Spec.Endpoints[0].Port)
