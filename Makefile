@@ -165,10 +165,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 BUILDINFO := github.com/cooldownd/cooldownd/cmd/internal/buildinfo
 LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).revision=$(REVISION)
-## build: bin/cooldownd and bin/cooldownctl, stamped with the version (git describe) and revision.
+## build: bin/cooldownd, bin/cooldownctl and bin/cooldown-proxy, stamped with the version (git describe) and revision.
 build:
 	go build -ldflags "$(LDFLAGS)" -o bin/cooldownd ./cmd/cooldownd
 	go build -ldflags "$(LDFLAGS)" -o bin/cooldownctl ./cmd/cooldownctl
+	go build -ldflags "$(LDFLAGS)" -o bin/cooldown-proxy ./cmd/cooldown-proxy
 
 ## ts-deps: the TypeScript client's pinned npm dependencies (clients/ts/package-lock.json), once.
 ts-deps:
