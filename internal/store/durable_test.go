@@ -166,11 +166,47 @@ func TestNoCliffWithoutReplicas(t *testing.T) {
 	replica := redis.NewClient(&redis.Options{Addr: r.Addr})
 	t.Cleanup(func() { _ = replica.Close() })
 	waitLink(t, replica)
-	clock.advance(time.Second)
-	assert.Equal(t, store.Replicated, report().Durability, "the replica is back: the recheck sees it")
+	waitAcked(t, m.Addr)
+	// The replica acknowledges: the next recheck (one WAIT per Recheck of
+	// the test's clock) sees it. A WAIT is bounded by the Timeout's 500 ms
+	// of wall time, which a starved replica may miss on a loaded machine:
+	// then the next recheck, one WAIT later, must see it.
+	var res store.ReportResult
+	for i := range 5 {
+		clock.advance(time.Second)
+		before := waits.n.Load()
+		res = report()
+		assert.Equal(t, before+1, waits.n.Load(), "one WAIT per recheck")
+		if res.Durability == store.Replicated {
+			break
+		}
+		t.Logf("recheck %d: the WAIT came up short (%v); the next one", i, res.Durability)
+	}
+	assert.Equal(t, store.Replicated, res.Durability, "the replica is back: a recheck sees it")
 	before := waits.n.Load()
 	assert.Equal(t, store.Replicated, report().Durability)
 	assert.Equal(t, before+1, waits.n.Load(), "replicated again: every transition waits")
+}
+
+// waitAcked waits until the master counts a replica's acknowledgement
+// (WAIT 1 on a client of its own: the test's hook does not count it). A
+// replica's master_link_status:up is not enough: the master counts a
+// replica that synced only once it sent its first REPLCONF ACK, up to a
+// second later (its replication cron), and a WAIT sent before that comes
+// up short.
+func waitAcked(tb testing.TB, addr string) {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer func() { _ = c.Close() }()
+	ctx := context.Background()
+	for i := 0; ; i++ {
+		require.NoError(tb, c.Set(ctx, "waitAcked", i, 0).Err())
+		n, err := c.Wait(ctx, 1, 100*time.Millisecond).Result()
+		if err == nil && n >= 1 {
+			return
+		}
+		require.Less(tb, i, 100, "the master counts no replica's acknowledgement after 10s: %v", err)
+	}
 }
 
 func portOf(t *testing.T, addr string) string {
