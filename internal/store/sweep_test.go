@@ -192,7 +192,7 @@ func TestSweeperPublishesWithinASecond(t *testing.T) {
 	for len(seen) < n {
 		clock.advance(100 * time.Millisecond)
 		now := clock.Now().UnixMilli()
-		for countOf(seen) < due(now) {
+		for len(seen) < due(now) {
 			tr := next(t, evs)
 			if tr.To != breaker.HalfOpen {
 				continue
