@@ -222,6 +222,7 @@ func TestSweeperPublishesWithinASecond(t *testing.T) {
 		}
 		seen[tr.ID]++
 	}
+	assert.Equal(t, n, countOf(seen), "%d half-opens published for %d opens", countOf(seen), n)
 	for id, k := range seen {
 		assert.Equal(t, 1, k, "%s published %d times", id, k)
 	}
