@@ -523,25 +523,29 @@
   }
 
   // tickRow refreshes the cells that move with the clock.
-  function tickRow(row) {
-    if (state.offline && !row.dirty) return; // countdowns stop: the time left is unknown
+  function tickRow(row, force) {
+    if (state.offline && !row.dirty && !force) return; // countdowns stop: the time left is unknown
+    // Offline, the rows count to the moment the server went away: the
+    // redraw setOffline schedules (a frame later) shows what its own tick
+    // showed, so no countdown moves once the page says it stopped.
+    const now = state.offline ? state.offlineSince + state.offset : serverNow();
     const m = row.m, tr = row.el;
     const left = cell(tr, 'left');
     let text = '—';
     if (m.state === 'open') {
       if (m.openUntil) {
-        const ms = m.openUntil - serverNow();
+        const ms = m.openUntil - now;
         text = ms > 0 ? fmtDur(ms) : 'ending';
         if (ms <= 0) expiryRefresh(row);
       } else if (m.override === 'forced open') {
-        text = m.overrideUntil ? fmtDur(m.overrideUntil - serverNow()) : 'until changed';
+        text = m.overrideUntil ? fmtDur(m.overrideUntil - now) : 'until changed';
       }
     } else if (m.override && m.overrideUntil) {
-      text = fmtDur(m.overrideUntil - serverNow());
+      text = fmtDur(m.overrideUntil - now);
     }
     if (left.textContent !== text) left.textContent = text;
     const probe = cell(tr, 'probe');
-    const pt = m.probes > 0 ? m.probes + ' · ' + (m.probeStart ? fmtDur(serverNow() - m.probeStart).replace(/\.\d/, '') : '?') : '—';
+    const pt = m.probes > 0 ? m.probes + ' · ' + (m.probeStart ? fmtDur(now - m.probeStart).replace(/\.\d/, '') : '?') : '—';
     if (probe.textContent !== pt) probe.textContent = pt;
     probe.classList.toggle('warn', m.probes > 0);
     probe.title = m.probes > 0 ? m.probes + ' probe lease(s) in flight; the oldest for that long' : '';
@@ -627,7 +631,10 @@
     $('offline').hidden = !on;
     $('offline-text').textContent = on ? offlineText() : '';
     for (const b of document.querySelectorAll('#detail-actions button, #confirm-ok')) b.disabled = on;
-    for (const r of state.rows.values()) r.dirty = true;
+    for (const r of state.rows.values()) {
+      if (on && r.el && r.el.isConnected) tickRow(r, true);
+      r.dirty = true;
+    }
     scheduleRender();
     if (state.detailId) fillDetail();
   }
