@@ -878,15 +878,16 @@ func TestPolicyConfigMap(t *testing.T) {
 	policy, err := vals.Table("policy")
 	require.NoError(t, err)
 	cm = one[*corev1.ConfigMap](t, render(t, nil), fullname)
-	camel := regexp.MustCompile(`([a-z])([A-Z])`)
+	// leaseTTLMax is LEASE_TTL_MAX: a word starts at a capital after a lower
+	// case letter, and at the last capital of an acronym followed by lower case.
+	camel := regexp.MustCompile(`([a-z0-9])([A-Z])`)
+	acronym := regexp.MustCompile(`([A-Z])([A-Z][a-z])`)
 	for k := range policy {
 		if k == "overrides" {
 			continue // the policy file, not a variable (TestFeatures/policy-overrides)
 		}
-		env := "COOLDOWND_" + strings.ToUpper(camel.ReplaceAllString(k, "${1}_${2}"))
-		if k == "leaseTTL" {
-			env = "COOLDOWND_LEASE_TTL"
-		}
+		words := acronym.ReplaceAllString(camel.ReplaceAllString(k, "${1}_${2}"), "${1}_${2}")
+		env := "COOLDOWND_" + strings.ToUpper(words)
 		assert.Contains(t, cm.Data, env, "policy.%s", k)
 	}
 }
