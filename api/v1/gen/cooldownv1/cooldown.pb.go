@@ -507,6 +507,56 @@ func (TripRule) EnumDescriptor() ([]byte, []int) {
 	return file_v1_cooldown_proto_rawDescGZIP(), []int{6}
 }
 
+// ReportApplied says when a report is applied to the connection's state.
+type ReportApplied int32
+
+const (
+	// Applied before the answer.
+	ReportApplied_REPORT_APPLIED_UNSPECIFIED ReportApplied = 0
+	// Taken by the replica and applied within its coalescing interval, as
+	// part of one report of the sum of its connection's successes.
+	ReportApplied_REPORT_APPLIED_COALESCED ReportApplied = 1
+)
+
+// Enum value maps for ReportApplied.
+var (
+	ReportApplied_name = map[int32]string{
+		0: "REPORT_APPLIED_UNSPECIFIED",
+		1: "REPORT_APPLIED_COALESCED",
+	}
+	ReportApplied_value = map[string]int32{
+		"REPORT_APPLIED_UNSPECIFIED": 0,
+		"REPORT_APPLIED_COALESCED":   1,
+	}
+)
+
+func (x ReportApplied) Enum() *ReportApplied {
+	p := new(ReportApplied)
+	*p = x
+	return p
+}
+
+func (x ReportApplied) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReportApplied) Descriptor() protoreflect.EnumDescriptor {
+	return file_v1_cooldown_proto_enumTypes[7].Descriptor()
+}
+
+func (ReportApplied) Type() protoreflect.EnumType {
+	return &file_v1_cooldown_proto_enumTypes[7]
+}
+
+func (x ReportApplied) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReportApplied.Descriptor instead.
+func (ReportApplied) EnumDescriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
+}
+
 // Durability says whether a report's transition reached the replicas.
 type Durability int32
 
@@ -545,11 +595,11 @@ func (x Durability) String() string {
 }
 
 func (Durability) Descriptor() protoreflect.EnumDescriptor {
-	return file_v1_cooldown_proto_enumTypes[7].Descriptor()
+	return file_v1_cooldown_proto_enumTypes[8].Descriptor()
 }
 
 func (Durability) Type() protoreflect.EnumType {
-	return &file_v1_cooldown_proto_enumTypes[7]
+	return &file_v1_cooldown_proto_enumTypes[8]
 }
 
 func (x Durability) Number() protoreflect.EnumNumber {
@@ -558,7 +608,7 @@ func (x Durability) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Durability.Descriptor instead.
 func (Durability) EnumDescriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{7}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{8}
 }
 
 // Connection names one provider endpoint used with one credential, as a
@@ -1750,8 +1800,16 @@ type AdmitResponse struct {
 	// closed with no override and rejecting. A client that admits calls on
 	// its own (a mirror) must not while it is above 0.
 	ThrottleProbability float64 `protobuf:"fixed64,14,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Whether what this Admit wrote (a probe lease granted or moved, a timed
+	// transition such as an open ending) reached the replicas cooldownd
+	// waits for (--wait-replicas), as ReportResponse.durability. UNSPECIFIED
+	// when it wrote nothing (a healthy admit, a plain denial): those never
+	// wait. NOT_REPLICATED: applied on the master, which had too few
+	// replicas; the decision stands, and it is neither an outage nor a
+	// reason to ask again.
+	Durability    Durability `protobuf:"varint,15,opt,name=durability,proto3,enum=cooldown.v1.Durability" json:"durability,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AdmitResponse) Reset() {
@@ -1880,6 +1938,13 @@ func (x *AdmitResponse) GetThrottleProbability() float64 {
 		return x.ThrottleProbability
 	}
 	return 0
+}
+
+func (x *AdmitResponse) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_UNSPECIFIED
 }
 
 // CandidateDecision is the answer for one examined candidate.
@@ -2148,7 +2213,16 @@ type ReportResponse struct {
 	// for (--wait-replicas). NOT_REPLICATED: applied on the master, which
 	// had too few replicas; it stands, and a resend is neither needed nor a
 	// sign of an outage (see docs/reliability.md).
-	Durability    Durability `protobuf:"varint,8,opt,name=durability,proto3,enum=cooldown.v1.Durability" json:"durability,omitempty"`
+	Durability Durability `protobuf:"varint,8,opt,name=durability,proto3,enum=cooldown.v1.Durability" json:"durability,omitempty"`
+	// When the report is applied. UNSPECIFIED: before this answer (state,
+	// revision and server_time are after it). COALESCED: a success on a
+	// connection this replica last saw closed and healthy at this revision,
+	// merged with the other successes it was sent for that connection and
+	// applied within the replica's --coalesce-interval as one report of
+	// their sum; state, revision and throttle_probability are what the
+	// replica last knew, server_time is when it took the report. It is
+	// counted once (its idempotency key too): do not resend it.
+	Applied       ReportApplied `protobuf:"varint,9,opt,name=applied,proto3,enum=cooldown.v1.ReportApplied" json:"applied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2237,6 +2311,13 @@ func (x *ReportResponse) GetDurability() Durability {
 		return x.Durability
 	}
 	return Durability_DURABILITY_UNSPECIFIED
+}
+
+func (x *ReportResponse) GetApplied() ReportApplied {
+	if x != nil {
+		return x.Applied
+	}
+	return ReportApplied_REPORT_APPLIED_UNSPECIFIED
 }
 
 // ExtendLeaseRequest extends a probe lease.
@@ -3087,7 +3168,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"candidates\x18\x01 \x03(\v2\x17.cooldown.v1.ConnectionR\n" +
 	"candidates\x12\x14\n" +
-	"\x05retry\x18\x02 \x03(\bR\x05retry\"\x8d\x06\n" +
+	"\x05retry\x18\x02 \x03(\bR\x05retry\"\xc6\x06\n" +
 	"\rAdmitResponse\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x12'\n" +
 	"\x0fcandidate_index\x18\x02 \x01(\rR\x0ecandidateIndex\x12\x1a\n" +
@@ -3109,7 +3190,10 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"serverTime\x12E\n" +
 	"\x12shadow_deny_reason\x18\f \x01(\x0e2\x17.cooldown.v1.DenyReasonR\x10shadowDenyReason\x12G\n" +
 	"\x12shadow_retry_after\x18\r \x01(\v2\x19.google.protobuf.DurationR\x10shadowRetryAfter\x121\n" +
-	"\x14throttle_probability\x18\x0e \x01(\x01R\x13throttleProbability\"\xc9\x02\n" +
+	"\x14throttle_probability\x18\x0e \x01(\x01R\x13throttleProbability\x127\n" +
+	"\n" +
+	"durability\x18\x0f \x01(\x0e2\x17.cooldown.v1.DurabilityR\n" +
+	"durability\"\xc9\x02\n" +
 	"\x11CandidateDecision\x121\n" +
 	"\bdecision\x18\x01 \x01(\x0e2\x15.cooldown.v1.DecisionR\bdecision\x128\n" +
 	"\vdeny_reason\x18\x02 \x01(\x0e2\x17.cooldown.v1.DenyReasonR\n" +
@@ -3137,7 +3221,7 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x05retry\x18\t \x01(\bR\x05retry\x12\x1a\n" +
 	"\breporter\x18\n" +
 	" \x01(\tR\breporter\x12'\n" +
-	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\"\xcd\x02\n" +
+	"\x0fidempotency_key\x18\v \x01(\tR\x0eidempotencyKey\"\x83\x03\n" +
 	"\x0eReportResponse\x12(\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x12.cooldown.v1.StateR\x05state\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x1a\n" +
@@ -3149,7 +3233,8 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x06shadow\x18\a \x01(\bR\x06shadow\x127\n" +
 	"\n" +
 	"durability\x18\b \x01(\x0e2\x17.cooldown.v1.DurabilityR\n" +
-	"durability\"\x9b\x01\n" +
+	"durability\x124\n" +
+	"\aapplied\x18\t \x01(\x0e2\x1a.cooldown.v1.ReportAppliedR\aapplied\"\x9b\x01\n" +
 	"\x12ExtendLeaseRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -3261,7 +3346,10 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\x15TRIP_RULE_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eTRIP_RULE_CONSECUTIVE_FAILURES\x10\x01\x12\x1a\n" +
 	"\x16TRIP_RULE_FAILURE_RATE\x10\x02\x12\x1b\n" +
-	"\x17TRIP_RULE_PROBE_FAILURE\x10\x03*b\n" +
+	"\x17TRIP_RULE_PROBE_FAILURE\x10\x03*M\n" +
+	"\rReportApplied\x12\x1e\n" +
+	"\x1aREPORT_APPLIED_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18REPORT_APPLIED_COALESCED\x10\x01*b\n" +
 	"\n" +
 	"Durability\x12\x1a\n" +
 	"\x16DURABILITY_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -3290,7 +3378,7 @@ func file_v1_cooldown_proto_rawDescGZIP() []byte {
 	return file_v1_cooldown_proto_rawDescData
 }
 
-var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
 var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_v1_cooldown_proto_goTypes = []any{
 	(Decision)(0),                    // 0: cooldown.v1.Decision
@@ -3300,126 +3388,129 @@ var file_v1_cooldown_proto_goTypes = []any{
 	(Outcome)(0),                     // 4: cooldown.v1.Outcome
 	(Override)(0),                    // 5: cooldown.v1.Override
 	(TripRule)(0),                    // 6: cooldown.v1.TripRule
-	(Durability)(0),                  // 7: cooldown.v1.Durability
-	(*Connection)(nil),               // 8: cooldown.v1.Connection
-	(*ConnectionState)(nil),          // 9: cooldown.v1.ConnectionState
-	(*Explanation)(nil),              // 10: cooldown.v1.Explanation
-	(*TripRuleState)(nil),            // 11: cooldown.v1.TripRuleState
-	(*RetryBudget)(nil),              // 12: cooldown.v1.RetryBudget
-	(*FleetCounts)(nil),              // 13: cooldown.v1.FleetCounts
-	(*Policy)(nil),                   // 14: cooldown.v1.Policy
-	(*Transition)(nil),               // 15: cooldown.v1.Transition
-	(*AdmitRequest)(nil),             // 16: cooldown.v1.AdmitRequest
-	(*AdmitResponse)(nil),            // 17: cooldown.v1.AdmitResponse
-	(*CandidateDecision)(nil),        // 18: cooldown.v1.CandidateDecision
-	(*ReportRequest)(nil),            // 19: cooldown.v1.ReportRequest
-	(*ReportResponse)(nil),           // 20: cooldown.v1.ReportResponse
-	(*ExtendLeaseRequest)(nil),       // 21: cooldown.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),      // 22: cooldown.v1.ExtendLeaseResponse
-	(*GetConnectionRequest)(nil),     // 23: cooldown.v1.GetConnectionRequest
-	(*GetConnectionResponse)(nil),    // 24: cooldown.v1.GetConnectionResponse
-	(*ListConnectionsRequest)(nil),   // 25: cooldown.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),  // 26: cooldown.v1.ListConnectionsResponse
-	(*WatchConnectionsRequest)(nil),  // 27: cooldown.v1.WatchConnectionsRequest
-	(*WatchConnectionsResponse)(nil), // 28: cooldown.v1.WatchConnectionsResponse
-	(*ResetConnectionRequest)(nil),   // 29: cooldown.v1.ResetConnectionRequest
-	(*ResetConnectionResponse)(nil),  // 30: cooldown.v1.ResetConnectionResponse
-	(*ForceConnectionRequest)(nil),   // 31: cooldown.v1.ForceConnectionRequest
-	(*ForceConnectionResponse)(nil),  // 32: cooldown.v1.ForceConnectionResponse
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
+	(ReportApplied)(0),               // 7: cooldown.v1.ReportApplied
+	(Durability)(0),                  // 8: cooldown.v1.Durability
+	(*Connection)(nil),               // 9: cooldown.v1.Connection
+	(*ConnectionState)(nil),          // 10: cooldown.v1.ConnectionState
+	(*Explanation)(nil),              // 11: cooldown.v1.Explanation
+	(*TripRuleState)(nil),            // 12: cooldown.v1.TripRuleState
+	(*RetryBudget)(nil),              // 13: cooldown.v1.RetryBudget
+	(*FleetCounts)(nil),              // 14: cooldown.v1.FleetCounts
+	(*Policy)(nil),                   // 15: cooldown.v1.Policy
+	(*Transition)(nil),               // 16: cooldown.v1.Transition
+	(*AdmitRequest)(nil),             // 17: cooldown.v1.AdmitRequest
+	(*AdmitResponse)(nil),            // 18: cooldown.v1.AdmitResponse
+	(*CandidateDecision)(nil),        // 19: cooldown.v1.CandidateDecision
+	(*ReportRequest)(nil),            // 20: cooldown.v1.ReportRequest
+	(*ReportResponse)(nil),           // 21: cooldown.v1.ReportResponse
+	(*ExtendLeaseRequest)(nil),       // 22: cooldown.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),      // 23: cooldown.v1.ExtendLeaseResponse
+	(*GetConnectionRequest)(nil),     // 24: cooldown.v1.GetConnectionRequest
+	(*GetConnectionResponse)(nil),    // 25: cooldown.v1.GetConnectionResponse
+	(*ListConnectionsRequest)(nil),   // 26: cooldown.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),  // 27: cooldown.v1.ListConnectionsResponse
+	(*WatchConnectionsRequest)(nil),  // 28: cooldown.v1.WatchConnectionsRequest
+	(*WatchConnectionsResponse)(nil), // 29: cooldown.v1.WatchConnectionsResponse
+	(*ResetConnectionRequest)(nil),   // 30: cooldown.v1.ResetConnectionRequest
+	(*ResetConnectionResponse)(nil),  // 31: cooldown.v1.ResetConnectionResponse
+	(*ForceConnectionRequest)(nil),   // 32: cooldown.v1.ForceConnectionRequest
+	(*ForceConnectionResponse)(nil),  // 33: cooldown.v1.ForceConnectionResponse
+	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
 }
 var file_v1_cooldown_proto_depIdxs = []int32{
-	8,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
+	9,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
 	2,  // 1: cooldown.v1.ConnectionState.state:type_name -> cooldown.v1.State
 	3,  // 2: cooldown.v1.ConnectionState.cause:type_name -> cooldown.v1.Cause
-	33, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
-	34, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
-	33, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
+	34, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
+	35, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
+	34, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: cooldown.v1.ConnectionState.last_outcome:type_name -> cooldown.v1.Outcome
 	5,  // 7: cooldown.v1.ConnectionState.override:type_name -> cooldown.v1.Override
-	33, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
-	33, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
-	33, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
-	13, // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
-	10, // 12: cooldown.v1.ConnectionState.explanation:type_name -> cooldown.v1.Explanation
+	34, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
+	34, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
+	34, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
+	14, // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
+	11, // 12: cooldown.v1.ConnectionState.explanation:type_name -> cooldown.v1.Explanation
 	6,  // 13: cooldown.v1.Explanation.tripped:type_name -> cooldown.v1.TripRule
-	11, // 14: cooldown.v1.Explanation.trip_rules:type_name -> cooldown.v1.TripRuleState
-	12, // 15: cooldown.v1.Explanation.retry_budget:type_name -> cooldown.v1.RetryBudget
+	12, // 14: cooldown.v1.Explanation.trip_rules:type_name -> cooldown.v1.TripRuleState
+	13, // 15: cooldown.v1.Explanation.retry_budget:type_name -> cooldown.v1.RetryBudget
 	3,  // 16: cooldown.v1.Explanation.opened_by:type_name -> cooldown.v1.Cause
 	1,  // 17: cooldown.v1.Explanation.denies:type_name -> cooldown.v1.DenyReason
 	6,  // 18: cooldown.v1.TripRuleState.rule:type_name -> cooldown.v1.TripRule
-	34, // 19: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
-	34, // 20: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
-	34, // 21: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
-	34, // 22: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
-	34, // 23: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
-	34, // 24: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
-	34, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
-	34, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	34, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
-	34, // 28: cooldown.v1.Policy.lease_ttl_max:type_name -> google.protobuf.Duration
-	8,  // 29: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
-	33, // 30: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	35, // 19: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
+	35, // 20: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
+	35, // 21: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
+	35, // 22: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
+	35, // 23: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
+	35, // 24: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
+	35, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
+	35, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	35, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
+	35, // 28: cooldown.v1.Policy.lease_ttl_max:type_name -> google.protobuf.Duration
+	9,  // 29: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
+	34, // 30: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	2,  // 31: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
 	2,  // 32: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
 	3,  // 33: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
-	8,  // 34: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
+	9,  // 34: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
 	0,  // 35: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
-	34, // 36: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	33, // 37: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
+	35, // 36: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	34, // 37: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
 	1,  // 38: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
-	33, // 39: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	34, // 39: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 40: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
-	18, // 41: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	33, // 42: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	19, // 41: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
+	34, // 42: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
 	1,  // 43: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	34, // 44: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
-	0,  // 45: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
-	1,  // 46: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	34, // 47: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
-	2,  // 48: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
-	1,  // 49: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	8,  // 50: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
-	4,  // 51: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	34, // 52: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
-	2,  // 53: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	33, // 54: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
-	7,  // 55: cooldown.v1.ReportResponse.durability:type_name -> cooldown.v1.Durability
-	8,  // 56: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	34, // 57: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	33, // 58: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	9,  // 59: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	15, // 60: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	14, // 61: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
-	9,  // 62: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	9,  // 63: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	15, // 64: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	9,  // 65: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 66: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	34, // 67: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	9,  // 68: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	16, // 69: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	19, // 70: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	21, // 71: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	23, // 72: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	25, // 73: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	27, // 74: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	29, // 75: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	31, // 76: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	17, // 77: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	20, // 78: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	22, // 79: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	24, // 80: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	26, // 81: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	28, // 82: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	30, // 83: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	32, // 84: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	77, // [77:85] is the sub-list for method output_type
-	69, // [69:77] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	35, // 44: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
+	8,  // 45: cooldown.v1.AdmitResponse.durability:type_name -> cooldown.v1.Durability
+	0,  // 46: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
+	1,  // 47: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
+	35, // 48: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	2,  // 49: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
+	1,  // 50: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
+	9,  // 51: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
+	4,  // 52: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
+	35, // 53: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	2,  // 54: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
+	34, // 55: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	8,  // 56: cooldown.v1.ReportResponse.durability:type_name -> cooldown.v1.Durability
+	7,  // 57: cooldown.v1.ReportResponse.applied:type_name -> cooldown.v1.ReportApplied
+	9,  // 58: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	35, // 59: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	34, // 60: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	10, // 61: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	16, // 62: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	15, // 63: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
+	10, // 64: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	10, // 65: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	16, // 66: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	10, // 67: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 68: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	35, // 69: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	10, // 70: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	17, // 71: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	20, // 72: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	22, // 73: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	24, // 74: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	26, // 75: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	28, // 76: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	30, // 77: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	32, // 78: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	18, // 79: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	21, // 80: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	23, // 81: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	25, // 82: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	27, // 83: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	29, // 84: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	31, // 85: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	33, // 86: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	79, // [79:87] is the sub-list for method output_type
+	71, // [71:79] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
@@ -3432,7 +3523,7 @@ func file_v1_cooldown_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_cooldown_proto_rawDesc), len(file_v1_cooldown_proto_rawDesc)),
-			NumEnums:      8,
+			NumEnums:      9,
 			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   2,
