@@ -1,0 +1,172 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// coalescedReport is one process's success report in a coalesced batch.
+type coalescedReport struct {
+	key    string // idempotency key, "" for none
+	count  int64
+	status int
+}
+
+// TestReportCoalescedIsTheSumOfItsReports: the successes of N processes
+// on one connection, applied by ReportCoalesced as one report of their
+// sum, leave the connection's state exactly as the N reports applied one
+// by one at the same instant do (every field: counts, the failure-rate
+// window, the fleet window's first attempts, requests and accepts, the
+// last status, the revision), on real Redis and miniredis, with every
+// count a success moves on; and the same batch matches the model
+// (internal/breaker) applied report by report. It fails when a keyed
+// report is left out of the sum, counted twice, or the retry flag or the
+// last status is lost.
+func TestReportCoalescedIsTheSumOfItsReports(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		retry bool
+		reps  []coalescedReport
+	}{
+		{name: "unkeyed", reps: []coalescedReport{{count: 1, status: 200}, {count: 7, status: 200}, {count: 30, status: 201}}},
+		{name: "keyed", reps: []coalescedReport{{key: "k-c-keyed-000001", count: 3, status: 200}, {key: "k-c-keyed-000002", count: 1, status: 204}}},
+		{name: "mixed", reps: []coalescedReport{{key: "k-c-mixed-000001", count: 5, status: 200}, {count: 2, status: 200},
+			{key: "k-c-mixed-000002", count: 1, status: 200}, {count: 1, status: 202}}},
+		{name: "retries", retry: true, reps: []coalescedReport{{count: 4, status: 200}, {key: "k-c-retry-000001", count: 2, status: 200}}},
+		{name: "one report", reps: []coalescedReport{{key: "k-c-one-0000001", count: 1, status: 200}}},
+	}
+	for name, open := range keyBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := keyPolicy()
+			at := time.Date(2026, 12, 2, 3, 0, 0, 250_000_000, time.UTC)
+			st, _, _ := open(t, store.Options{Policy: &p, Clock: func() time.Time { return at }})
+			ctx := context.Background()
+			for i, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					one := store.Conn{Tenant: "t", ID: testID(0xc0, byte(i), 1)}
+					sum := store.Conn{Tenant: "t", ID: testID(0xc0, byte(i), 2)}
+					prime := breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200}
+					var model breaker.State
+					for _, c := range []store.Conn{one, sum} {
+						_, err := st.Report(ctx, c, prime)
+						require.NoError(t, err)
+					}
+					model.Report(p, at.UnixMilli(), prime, 0)
+					rev := countsOf(t, st, one).Revision
+					require.Equal(t, rev, countsOf(t, st, sum).Revision)
+
+					b := store.Coalesced{Revision: rev, Retry: tc.retry}
+					for _, r := range tc.reps {
+						rep := breaker.Report{Revision: rev, Outcome: breaker.OutcomeSuccess, HTTPStatus: r.status, Count: r.count, Retry: tc.retry}
+						c := one
+						c.ReportKey = r.key
+						_, err := st.Report(ctx, c, rep)
+						require.NoError(t, err)
+						model.Report(p, at.UnixMilli(), rep, 0)
+						if r.key != "" {
+							// The sum's connection remembers the key on its own
+							// (a key is one connection's).
+							b.Keyed = append(b.Keyed, store.KeyedCount{Key: r.key, Count: r.count})
+						} else {
+							b.Count += r.count
+						}
+						b.HTTPStatus = r.status
+					}
+					res, err := st.ReportCoalesced(ctx, sum, b)
+					require.NoError(t, err)
+					var want int64
+					for _, r := range tc.reps {
+						want += r.count
+					}
+					assert.Equal(t, want, res.Applied)
+					assert.True(t, res.Accepted)
+					assert.Equal(t, rev, res.Revision)
+
+					a, _, err := st.Get(ctx, one.Tenant, one.ID, 0)
+					require.NoError(t, err)
+					s, _, err := st.Get(ctx, sum.Tenant, sum.ID, 0)
+					require.NoError(t, err)
+					assert.Equal(t, a.State, s.State, "one report of the sum = the reports one by one")
+					assert.Equal(t, model.Successes, s.State.Successes, "the model's successes")
+					assert.Equal(t, model.Window, s.State.Window, "the model's failure-rate window")
+					assert.Equal(t, model.Fleet, s.State.Fleet, "the model's fleet window")
+					assert.Equal(t, model.LastStatus, s.State.LastStatus, "the last report's status")
+				})
+			}
+		})
+	}
+}
+
+// TestReportCoalescedCountsAKeyOnce: a keyed success coalesced by one
+// replica is counted once whoever applies it first: the same report in
+// another replica's batch (the client's resend went there), a resend to a
+// full Report after the flush, and a report applied by a full Report
+// before the flush are each counted once; a key remembered for another
+// report is not counted and is told apart. The control (a key not seen
+// before) counts. Fails if the claim is dropped (every case counts twice).
+func TestReportCoalescedCountsAKeyOnce(t *testing.T) {
+	t.Parallel()
+	for name, open := range keyBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := keyPolicy()
+			st, _, _ := open(t, store.Options{Policy: &p})
+			ctx := context.Background()
+			c := store.Conn{Tenant: "t", ID: testID(0xc1)}
+			ok := breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200}
+			_, err := st.Report(ctx, c, ok)
+			require.NoError(t, err)
+			rev := countsOf(t, st, c).Revision
+			successes := func() int64 { return countsOf(t, st, c).Successes }
+
+			// A full Report applied the key first; the batch holding its
+			// resend does not count it.
+			direct := c
+			direct.ReportKey = "k-direct-first-01"
+			_, err = st.Report(ctx, direct, breaker.Report{Revision: rev, Outcome: breaker.OutcomeSuccess, Count: 4})
+			require.NoError(t, err)
+			before := successes()
+			res, err := st.ReportCoalesced(ctx, c, store.Coalesced{Revision: rev,
+				Keyed: []store.KeyedCount{{Key: "k-direct-first-01", Count: 4}, {Key: "k-fresh-00000001", Count: 2}}})
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), res.Applied, "only the fresh key")
+			assert.Equal(t, 1, res.Replayed)
+			assert.Equal(t, before+2, successes())
+
+			// Another replica's batch with the same report: nothing counted.
+			before = successes()
+			res, err = st.ReportCoalesced(ctx, c, store.Coalesced{Revision: rev, Keyed: []store.KeyedCount{{Key: "k-fresh-00000001", Count: 2}}})
+			require.NoError(t, err)
+			assert.Equal(t, int64(0), res.Applied)
+			assert.Equal(t, 1, res.Replayed)
+			assert.Equal(t, before, successes(), "a second claim counts nothing")
+
+			// A resend to a full Report after the flush is replayed.
+			resend := c
+			resend.ReportKey = "k-fresh-00000001"
+			r, err := st.Report(ctx, resend, breaker.Report{Revision: rev, Outcome: breaker.OutcomeSuccess, Count: 2})
+			require.NoError(t, err)
+			assert.True(t, r.Replayed, "the claim is remembered as an applied report")
+			assert.True(t, r.Accepted)
+			assert.Equal(t, rev, r.Revision)
+			assert.Equal(t, breaker.Closed, r.Phase)
+			assert.Equal(t, before, successes())
+
+			// A key remembered for another report (another count): not
+			// counted, told apart from a resend.
+			res, err = st.ReportCoalesced(ctx, c, store.Coalesced{Revision: rev, Keyed: []store.KeyedCount{{Key: "k-fresh-00000001", Count: 3}}})
+			require.NoError(t, err)
+			assert.Equal(t, 1, res.Reused)
+			assert.Equal(t, before, successes())
+		})
+	}
+}
