@@ -143,10 +143,13 @@ fuzz:
 		go -C $$mod test -run='^$$' -fuzz="^$$t$$" -fuzztime=$(FUZZTIME) -fuzzminimizetime=2s .$${pkg#$$mod} || exit 1; \
 	done
 
-## bench: the short benchmark command (under a minute): its own redis-server and
-## cooldownd, the floor beside Admit/Report/guard (docs/benchmarks.md).
+## bench: the short benchmark command (about a minute): its own redis-server and cooldownd, each
+## phase beside its references as ratios (the no-op handler of the same protocol, the Redis floor,
+## envoyproxy/ratelimit when RATELIMIT or $COOLDOWN_BENCH_RATELIMIT names its binary) and issue 25's
+## goals met or not met (docs/benchmarks.md).
+RATELIMIT ?=
 bench:
-	go run ./test/bench -short
+	go run ./test/bench -short $(if $(RATELIMIT),-ratelimit $(RATELIMIT))
 
 ## bench-go: run the Go benchmarks (real Redis) and print their figures.
 bench-go:

@@ -107,14 +107,32 @@ func conn(name string) *cooldownv1.Connection {
 	return &cooldownv1.Connection{Id: connID(name), Label: "bench " + name}
 }
 
-// protocols are the wire protocols measured, by name.
-var protocols = []struct {
+// protocols are the wire protocols measured, by name: the codec and
+// protocol of the Connect client, and its transport.
+var protocols = []protocol{
+	{"connect", nil, false},
+	{"grpc", []connect.ClientOption{connect.WithGRPC()}, false},
+	{"json", []connect.ClientOption{connect.WithProtoJSON()}, false},
+	{"connect-h1", nil, true},
+	{"json-h1", []connect.ClientOption{connect.WithProtoJSON()}, true},
+}
+
+type protocol struct {
 	name string
 	opts []connect.ClientOption
-}{
-	{"connect", nil},
-	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
-	{"json", []connect.ClientOption{connect.WithProtoJSON()}},
+	// h1: HTTP/1.1, a keep-alive TCP connection per worker; otherwise one
+	// h2c connection shared by every worker, as the Go client uses.
+	h1 bool
+}
+
+// httpClient is the transport of protocol p for up to workers workers.
+func (p protocol) httpClient(workers int) *http.Client {
+	if !p.h1 {
+		return h2c()
+	}
+	var ps http.Protocols
+	ps.SetHTTP1(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &ps, MaxIdleConnsPerHost: workers + 8, MaxIdleConns: workers + 8}}
 }
 
 // h2c is an HTTP/2 client with prior knowledge, as the Go client speaks to

@@ -145,8 +145,8 @@ func procStatusKB(pid int, field string) int64 {
 // redisStats is what one INFO commandstats+cpu says.
 type redisStats struct {
 	calls   int64   // all commands but INFO and CLUSTER (the bench's and clients' own bookkeeping)
-	evalsha int64   // EVALSHA calls
-	luaUsec int64   // µs Redis spent in EVALSHA
+	evalsha int64   // script calls (EVALSHA, EVAL, their _RO forms, FCALL)
+	luaUsec int64   // µs Redis spent in them
 	cpu     float64 // used_cpu_sys + used_cpu_user, seconds
 	keys    int64   // keys in db0
 }
@@ -177,8 +177,10 @@ func readRedisStats(ctx context.Context, c *redis.Client) (redisStats, error) {
 				continue
 			}
 			s.calls += calls
-			if name == "evalsha" {
-				s.evalsha, s.luaUsec = calls, usec
+			switch name { // the script commands: Lua's time
+			case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall", "fcall_ro":
+				s.evalsha += calls
+				s.luaUsec += usec
 			}
 		case strings.HasPrefix(line, "used_cpu_sys:"), strings.HasPrefix(line, "used_cpu_user:"):
 			_, v, _ := strings.Cut(line, ":")

@@ -24,8 +24,7 @@ import (
 type measured struct {
 	s     sample
 	redis redisStats
-	cd    time.Duration // cooldownd CPU
-	floor sample        // the floor of the same round and concurrency
+	cd    time.Duration // CPU of the process that served the phase (cooldownd, a no-op, ratelimit)
 }
 
 // phaseKey names a phase; phases print in the order they first ran.
@@ -35,7 +34,23 @@ type phaseKey struct {
 	op    string
 }
 
-// measurer runs phases and keeps their results by key, in order.
+// The phases' names (phaseKey.op).
+const (
+	opFloor          = "floor: EVALSHA return 1"
+	opAdmit          = "Admit"
+	opReport         = "Report SUCCESS"
+	opAdmitReport    = "Admit+Report"
+	opAdmit3         = "Admit 3 cand. (2 cooling)"
+	opNoopAdmit      = "no-op Admit"
+	opNoopReport     = "no-op Report"
+	opNoopRedisAdmit = "no-op+EVALSHA Admit"
+	opRatelimit      = "ratelimit ShouldRateLimit"
+	opGuard          = "client.Do guard (no-op call)"
+	opMirror         = "client.Do guard, WithMirror"
+)
+
+// measurer runs phases and keeps their results by key, in order: the
+// i-th result of every key is from round i.
 type measurer struct {
 	o       options
 	mon     []*redis.Client // one per Redis master
@@ -56,17 +71,20 @@ func (m *measurer) stats(ctx context.Context) (redisStats, error) {
 	return sum, nil
 }
 
-func (m *measurer) cpu() time.Duration {
+func (m *measurer) cpu() time.Duration { return cpuOf(m.cdPIDs) }
+
+func cpuOf(pids []int) time.Duration {
 	var sum time.Duration
-	for _, pid := range m.cdPIDs {
+	for _, pid := range pids {
 		d, _ := procCPU(pid)
 		sum += d
 	}
 	return sum
 }
 
-// phase measures f at concurrency c and records it under k.
-func (m *measurer) phase(ctx context.Context, k phaseKey, f op, floor sample) (measured, error) {
+// phase measures f at concurrency k.c, the CPU of the processes pids,
+// and records it under k.
+func (m *measurer) phase(ctx context.Context, k phaseKey, f op, pids ...int) (measured, error) {
 	var (
 		r0, r1 redisStats
 		c0, c1 time.Duration
@@ -74,9 +92,9 @@ func (m *measurer) phase(ctx context.Context, k phaseKey, f op, floor sample) (m
 	)
 	s := drive(ctx, k.c, m.o.warm, m.o.phase, f, func() {
 		r0, err = m.stats(ctx)
-		c0 = m.cpu()
+		c0 = cpuOf(pids)
 	}, func() {
-		c1 = m.cpu()
+		c1 = cpuOf(pids)
 		if err == nil {
 			r1, err = m.stats(ctx)
 		}
@@ -87,7 +105,7 @@ func (m *measurer) phase(ctx context.Context, k phaseKey, f op, floor sample) (m
 	if ctx.Err() != nil {
 		return measured{}, ctx.Err()
 	}
-	res := measured{s: s, redis: r1.sub(r0), cd: c1 - c0, floor: floor}
+	res := measured{s: s, redis: r1.sub(r0), cd: c1 - c0}
 	if _, ok := m.results[k]; !ok {
 		m.order = append(m.order, k)
 	}
@@ -107,6 +125,25 @@ func noop(context.Context) (*http.Response, error) {
 	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody}, nil
 }
 
+// rpcServer is one process a protocol's RPC phases run against.
+type rpcServer struct {
+	pid int
+	ops map[string]*rpcOps // by protocol
+}
+
+func newServer(ctx context.Context, o options, r replica, maxC int, prefix string) (*rpcServer, error) {
+	sv := &rpcServer{pid: r.pid, ops: map[string]*rpcOps{}}
+	for _, name := range o.protos {
+		p, _ := protocolByName(name)
+		ops, err := newRPCOps(ctx, cooldownv1connect.NewCooldownServiceClient(p.httpClient(maxC), r.url, p.opts...), maxC, prefix+name+"-")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		sv.ops[name] = ops
+	}
+	return sv, nil
+}
+
 func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 	addr, redisPID, err := startRedis(ctx, ps, "redis")
 	if err != nil {
@@ -116,10 +153,27 @@ func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 	if err != nil {
 		return err
 	}
+	nop, err := startNoop(ctx, ps, "noop", "")
+	if err != nil {
+		return err
+	}
+	nopRedis, err := startNoop(ctx, ps, "noop-redis", addr)
+	if err != nil {
+		return err
+	}
+	var rl *replica
+	if o.ratelimit != "" {
+		r, err := startRatelimit(ctx, ps, o.ratelimit, addr)
+		if err != nil {
+			return err
+		}
+		rl = &r
+	}
 	mon := redis.NewClient(&redis.Options{Addr: addr})
 	defer func() { _ = mon.Close() }()
 	ver, _ := mon.Info(ctx, "server").Result()
-	header(o, "single redis-server "+infoField(ver, "redis_version")+", one cooldownd, all on loopback")
+	header(o, "single redis-server "+infoField(ver, "redis_version")+", one cooldownd, the no-op references"+
+		map[bool]string{true: ", envoyproxy/ratelimit " + o.ratelimit, false: ""}[rl != nil]+", all on loopback")
 
 	// The floor's client has go-redis's default pool, as cooldownd's has.
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
@@ -129,14 +183,21 @@ func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 		return err
 	}
 	maxC := slices.Max(o.conc)
-	rpc := map[string]*rpcOps{}
-	for _, p := range o.protos {
-		opts, _ := protocolOpts(p)
-		ops, err := newRPCOps(ctx, cooldownv1connect.NewCooldownServiceClient(h2c(), rep.url, opts...), maxC, p+"-")
-		if err != nil {
-			return err
-		}
-		rpc[p] = ops
+	cd, err := newServer(ctx, o, rep, maxC, "")
+	if err != nil {
+		return err
+	}
+	nopSv, err := newServer(ctx, o, nop, maxC, "noop-")
+	if err != nil {
+		return err
+	}
+	nopRedisSv, err := newServer(ctx, o, nopRedis, maxC, "noop-redis-")
+	if err != nil {
+		return err
+	}
+	var rlOp op
+	if rl != nil {
+		rlOp = ratelimitOp(rl.url, maxC)
 	}
 	gc, err := client.New(rep.url, client.WithAdmitTimeout(5*time.Second),
 		client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
@@ -172,34 +233,51 @@ func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 	}
 	guard, mirrored := do(gc), do(mc)
 	m := &measurer{o: o, mon: []*redis.Client{mon}, cdPIDs: []int{rep.pid}, results: map[phaseKey][]measured{}}
+	type step struct {
+		k   phaseKey
+		f   op
+		pid int
+	}
 	for round := range o.runs {
 		for _, c := range o.conc {
-			fl, err := m.phase(ctx, phaseKey{c, "redis", "floor: EVALSHA return 1"}, floorOp(rdb, sha), sample{})
-			if err != nil {
-				return err
-			}
-			for _, p := range o.protos {
-				ops := rpc[p]
+			// One round at c: the floor, then per protocol its no-op
+			// references beside cooldownd's phases, then ratelimit and the
+			// guard; every ratio compares phases of the same round and c.
+			steps := []step{{phaseKey{c, "redis", opFloor}, floorOp(rdb, sha), 0}}
+			for i, p := range o.protos {
+				n, nr, ops := nopSv.ops[p], nopRedisSv.ops[p], cd.ops[p]
+				steps = append(steps,
+					step{phaseKey{c, p, opNoopAdmit}, n.admit, nop.pid},
+					step{phaseKey{c, p, opNoopReport}, n.report, nop.pid},
+					step{phaseKey{c, p, opNoopRedisAdmit}, nr.admit, nopRedis.pid})
 				for _, ph := range []struct {
 					id, name string
 					f        op
-				}{{"admit", "Admit", ops.admit}, {"report", "Report SUCCESS", ops.report}, {"admitreport", "Admit+Report", ops.admitReport},
-					{"admit3", "Admit 3 cand. (2 cooling)", ops.admit3}} {
-					if !o.ops[ph.id] {
+				}{{"admit", opAdmit, ops.admit}, {"report", opReport, ops.report}, {"admitreport", opAdmitReport, ops.admitReport},
+					{"admit3", opAdmit3, ops.admit3}} {
+					// -short measures the two-RPC and multi-candidate
+					// phases on the first protocol only.
+					if !o.ops[ph.id] || (o.short && i > 0 && (ph.id == "admitreport" || ph.id == "admit3")) {
 						continue
 					}
-					if _, err := m.phase(ctx, phaseKey{c, p, ph.name}, ph.f, fl.s); err != nil {
-						return err
-					}
+					steps = append(steps, step{phaseKey{c, p, ph.name}, ph.f, rep.pid})
 				}
+			}
+			if rlOp != nil {
+				steps = append(steps, step{phaseKey{c, "grpc", opRatelimit}, rlOp, rl.pid})
 			}
 			if o.ops["guard"] {
-				if _, err := m.phase(ctx, phaseKey{c, "connect", "client.Do guard (no-op call)"}, guard, fl.s); err != nil {
-					return err
-				}
+				steps = append(steps, step{phaseKey{c, "connect", opGuard}, guard, rep.pid})
 			}
 			if o.ops["mirror"] {
-				if _, err := m.phase(ctx, phaseKey{c, "connect", "client.Do guard, WithMirror"}, mirrored, fl.s); err != nil {
+				steps = append(steps, step{phaseKey{c, "connect", opMirror}, mirrored, rep.pid})
+			}
+			for _, st := range steps {
+				pids := []int{st.pid}
+				if st.pid == 0 {
+					pids = nil
+				}
+				if _, err := m.phase(ctx, st.k, st.f, pids...); err != nil {
 					return err
 				}
 			}
@@ -210,9 +288,19 @@ func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 		fmt.Fprintf(os.Stderr, "round %d of %d done\n", round+1, o.runs)
 	}
 	m.print(os.Stdout)
-	fmt.Printf("\ncooldownd peak RSS (VmHWM) %.1f MB, RSS now %.1f MB; redis-server peak RSS %.1f MB\n",
-		float64(procStatusKB(rep.pid, "VmHWM"))/1024, float64(procStatusKB(rep.pid, "VmRSS"))/1024, float64(procStatusKB(redisPID, "VmHWM"))/1024)
+	fmt.Printf("\ncooldownd peak RSS (VmHWM) %.1f MB, RSS now %.1f MB; redis-server peak RSS %.1f MB; no-op peak RSS %.1f MB",
+		float64(procStatusKB(rep.pid, "VmHWM"))/1024, float64(procStatusKB(rep.pid, "VmRSS"))/1024, float64(procStatusKB(redisPID, "VmHWM"))/1024,
+		float64(procStatusKB(nop.pid, "VmHWM"))/1024)
+	if rl != nil {
+		fmt.Printf("; ratelimit peak RSS %.1f MB", float64(procStatusKB(rl.pid, "VmHWM"))/1024)
+	}
+	fmt.Println()
 	fmt.Println("Admit+Report is two RPCs per op; the guard's op is one client.Do. ×floor: req/s ÷ the floor's, p99 ÷ the floor's p99, same round and c.")
+	fmt.Println("server CPU: of the process that served the phase (cooldownd, the no-op, ratelimit); the floor's client talks to Redis directly.")
+	fmt.Println()
+	m.printRatios(os.Stdout, rl != nil)
+	fmt.Println()
+	m.printGoals(os.Stdout, rl != nil)
 	return nil
 }
 
@@ -228,7 +316,7 @@ func infoField(info, key string) string {
 // print writes the table of medians over rounds.
 func (m *measurer) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "c\tproto\top\treq/s\t÷floor\tp50\tp99\tp99.9\tp99 ×floor\tredis cmd/op\tredis CPU µs/op\tlua µs/call\tcooldownd CPU µs/op\terrors\t")
+	fmt.Fprintln(tw, "c\tproto\top\treq/s\t÷floor\tp50\tp99\tp99.9\tp99 ×floor\tredis cmd/op\tredis CPU µs/op\tlua µs/call\tserver CPU µs/op\terrors\t")
 	last := 0
 	for _, k := range m.order {
 		rs := m.results[k]
@@ -244,46 +332,24 @@ func (m *measurer) print(w io.Writer) {
 				firstErr = r.s.err
 			}
 		}
-		med := func(f func(measured) float64) float64 {
-			v := make([]float64, 0, len(rs))
-			for _, r := range rs {
-				v = append(v, f(r))
-			}
-			return median(v)
-		}
-		perOp := func(f func(measured) float64) float64 {
-			return med(func(r measured) float64 {
-				if r.s.n == 0 {
-					return 0
-				}
-				return f(r) / float64(r.s.n)
-			})
-		}
-		rate := med(func(r measured) float64 { return r.s.rate() })
+		med := func(f func(measured) float64) float64 { return medianOf(rs, f) }
 		p := func(q float64) string { return ms(med(func(r measured) float64 { return float64(r.s.pct(q)) })) }
 		ratio, p99r := "1", "1"
 		if k.proto != "redis" {
-			ratio = fmt.Sprintf("%.2f", med(func(r measured) float64 { return r.s.rate() / r.floor.rate() }))
-			p99r = fmt.Sprintf("%.1f", med(func(r measured) float64 { return float64(r.s.pct(0.99)) / float64(r.floor.pct(0.99)) }))
+			floor := phaseKey{k.c, "redis", opFloor}
+			ratio = m.ratio(k, floor, func(a, b measured) float64 { return a.s.rate() / b.s.rate() }).format("%.2f")
+			p99r = m.ratio(k, floor, func(a, b measured) float64 { return p99(a) / p99(b) }).format("%.1f")
 		}
-		cmds := perOp(func(r measured) float64 { return float64(r.redis.calls) })
-		rcpu := perOp(func(r measured) float64 { return r.redis.cpu * 1e6 })
-		lua := med(func(r measured) float64 {
-			if r.redis.evalsha == 0 {
-				return 0
-			}
-			return float64(r.redis.luaUsec) / float64(r.redis.evalsha)
-		})
 		cd := "-"
 		if k.proto != "redis" {
-			cd = fmt.Sprintf("%.0f", perOp(func(r measured) float64 { return float64(r.cd.Microseconds()) }))
+			cd = fmt.Sprintf("%.0f", med(cpuPerOp))
 		}
 		e := fmt.Sprint(errs)
 		if firstErr != nil {
 			e += " (" + trunc(firstErr.Error(), 60) + ")"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.3g\t%.3g\t%.1f\t%s\t%s\t\n", k.c, k.proto, k.op, rate, ratio,
-			p(0.50), p(0.99), p(0.999), p99r, cmds, rcpu, lua, cd, e)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.3g\t%.3g\t%.1f\t%s\t%s\t\n", k.c, k.proto, k.op, med(rate), ratio,
+			p(0.50), p(0.99), p(0.999), p99r, med(cmdsPerOp), med(redisCPUPerOp), med(luaPerCall), cd, e)
 	}
 	_ = tw.Flush()
 }
