@@ -167,17 +167,7 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.addr, err)
 	}
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		Protocols:         protocols,
-		ReadHeaderTimeout: cfg.readTimeout,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          httpErrorLog(log),
-	}
+	hs := server.NewHTTPServer(srv.Handler(), server.HTTPOptions{ReadHeaderTimeout: cfg.readTimeout, ErrorLog: httpErrorLog(log)})
 	if cfg.tlsCertFile != "" {
 		certs, err := newCertReloader(cfg.tlsCertFile, cfg.tlsKeyFile, log)
 		if err != nil {
@@ -185,7 +175,7 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 		}
 		go certs.run(ctx, cfg.tokensReload)
 		hs.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.get, NextProtos: []string{"h2", "http/1.1"}}
-		protocols.SetHTTP2(true)
+		hs.Protocols.SetHTTP2(true)
 		ln = tls.NewListener(ln, hs.TLSConfig)
 	}
 	errc := make(chan error, 2)
