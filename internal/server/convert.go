@@ -95,6 +95,7 @@ func admitProto(idx int, ds []store.Decision) *cooldownv1.AdmitResponse {
 	out.State = cooldownv1.State(d.Phase)
 	out.ServerTime = timestamppb.New(d.Now)
 	out.ThrottleProbability = d.ThrottleProbability
+	out.Durability = cooldownv1.Durability(d.Durability) // store.Replication's values are the enum's
 	if d.Shadowed != breaker.ReasonNone {
 		out.ShadowDenyReason = cooldownv1.DenyReason(d.Shadowed)
 		out.ShadowRetryAfter = dur(d.ShadowRetryAfter)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/keys"
 )
 
@@ -63,10 +62,12 @@ type Durability struct {
 	Recheck time.Duration
 }
 
-// durableConn returns what a report's script runs on: with Durability on,
-// one connection to the connection's master held for the report (release
-// returns it), so that WAIT follows the script on the same connection.
-func (s *Store) durableConn(ctx context.Context, l keys.Layout, _ breaker.Report) (sc processor, release func()) {
+// durableConn returns what a report's or an Admit's script runs on: with
+// Durability on, one connection to the connection's master held for the
+// call (release returns it), so that WAIT follows the script on the same
+// connection. Holding it costs no round trip: the script is still the
+// only command of a call that wrote nothing.
+func (s *Store) durableConn(ctx context.Context, l keys.Layout) (sc processor, release func()) {
 	if s.durable.Replicas <= 0 {
 		return s.rdb, func() {}
 	}
@@ -97,14 +98,15 @@ func (s *Store) wallNow() time.Time {
 	return time.Now()
 }
 
-// awaitReplicas waits, with Durability on and when the report made a
-// transition, until the replicas acknowledged what sc wrote, or the
-// timeout: then the answer is NotReplicated, and for Recheck the next
-// reports do not wait at all (one of them, after Recheck, waits again).
-// An error means the WAIT itself failed (the connection broke): whether
-// the transition is on any replica is unknown.
-func (s *Store) awaitReplicas(ctx context.Context, sc processor, events []breaker.Event) (Replication, error) {
-	if s.durable.Replicas <= 0 || len(events) == 0 {
+// awaitReplicas waits, with Durability on and when the call wrote (a
+// report's transition; an Admit's transition or probe lease), until the
+// replicas acknowledged what sc wrote, or the timeout: then the answer is
+// NotReplicated, and for Recheck the next reports and Admits do not wait
+// at all (one of them, after Recheck, waits again). An error means the
+// WAIT itself failed (the connection broke): whether the write is on any
+// replica is unknown.
+func (s *Store) awaitReplicas(ctx context.Context, sc processor, wrote bool) (Replication, error) {
+	if s.durable.Replicas <= 0 || !wrote {
 		return ReplicationNone, nil
 	}
 	conn, ok := sc.(*redis.Conn)

@@ -46,7 +46,18 @@ type Decision struct {
 	// probability in effect after the decision: 0 unless the connection
 	// is closed with no override and its throttle is on.
 	ThrottleProbability float64
+	// Durability says whether the replicas Options.Durability waits for
+	// acknowledged what the Admit wrote (a probe lease granted, a timed
+	// transition applied; see durable.go): the same for every decision of
+	// one Admit, [ReplicationNone] when it wrote nothing.
+	Durability Replication
 }
+
+// wrote reports whether the decision's script wrote something a failover
+// must not lose: a probe lease granted (or moved from one that lapsed) or
+// a transition applied. A healthy admission and a plain denial write
+// nothing.
+func (d Decision) wrote() bool { return d.Decision == breaker.AllowProbe || len(d.Events) > 0 }
 
 // Admit decides whether one call to c may go now: one round trip (two
 // for a connection that does not exist yet while the tenant has a cap).
@@ -88,19 +99,38 @@ func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, 
 	}
 	var out []admitted
 	var err error
+	var repl Replication
 	if s.oneScript(cands) {
-		out, err = s.admitScript(ctx, s.rdb, cands, draws, false).decode()
+		// With Durability, on a connection held for the Admit: an Admit
+		// that wrote (a grant, a transition) waits for the replicas as a
+		// transition's report does, on the connection that ran the script.
+		// One that wrote nothing answers after the script alone.
+		sc, release := s.durableConn(ctx, cands[0].layout())
+		if out, err = s.admitScript(ctx, sc, cands, draws, false).decode(); err != nil {
+			err = unavailable("admit", err)
+		} else {
+			s.scheduleAdmitted(ctx, cands, out)
+			repl, err = s.awaitReplicas(ctx, sc, admitWrote(out))
+		}
+		release()
 	} else {
-		out, err = s.admitRounds(ctx, cands, draws)
+		// A Cluster's candidates on several slots: the rounds' pipelines
+		// run on pooled connections of several masters, and their writes
+		// are not waited for (docs/reliability.md).
+		if out, err = s.admitRounds(ctx, cands, draws); err != nil {
+			err = unavailable("admit", err)
+		} else {
+			s.scheduleAdmitted(ctx, cands, out)
+		}
 	}
 	if err != nil {
-		return 0, nil, unavailable("admit", err)
+		return 0, nil, err
 	}
 	ds := make([]Decision, len(out))
 	best := 0
 	for i, a := range out {
 		ds[i] = a.Decision
-		s.scheduled(ctx, cands[i].Tenant, cands[i].layout(), len(a.Events), a.wake)
+		ds[i].Durability = repl
 		if a.Decision.Decision != breaker.Deny {
 			// Only the admitted candidate may be refused at the cap: the
 			// script granted nothing to one without state, nor past it.
@@ -119,6 +149,26 @@ func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, 
 		}
 	}
 	return best, ds, nil
+}
+
+// scheduleAdmitted hands the sweeper the timed transitions the decided
+// candidates' scripts scheduled. It runs before the wait for replicas: an
+// Admit they did not acknowledge was applied on the master all the same.
+func (s *Store) scheduleAdmitted(ctx context.Context, cands []Conn, out []admitted) {
+	for i, a := range out {
+		s.scheduled(ctx, cands[i].Tenant, cands[i].layout(), len(a.Events), a.wake)
+	}
+}
+
+// admitWrote reports whether any decided candidate's script wrote what
+// a failover must not lose (see Decision.wrote).
+func admitWrote(out []admitted) bool {
+	for _, a := range out {
+		if a.wrote() {
+			return true
+		}
+	}
+	return false
 }
 
 // admitted is one candidate's part of admit.lua's reply.
@@ -288,7 +338,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	l := c.layout()
 	res := ReportResult{Shadow: p.Shadow}
 	var wake int64
-	sc, release := s.durableConn(ctx, l, rep) // s.rdb unless Options.Durability
+	sc, release := s.durableConn(ctx, l) // s.rdb unless Options.Durability
 	defer release()
 	ks := connKeys(l)
 	if c.ReportKey != "" {
@@ -326,7 +376,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	// acknowledge was applied on the master all the same, and its open
 	// must end on time.
 	s.scheduled(ctx, c.Tenant, l, len(res.Events), wake)
-	if res.Durability, err = s.awaitReplicas(ctx, sc, res.Events); err != nil {
+	if res.Durability, err = s.awaitReplicas(ctx, sc, len(res.Events) > 0); err != nil {
 		return ReportResult{}, err
 	}
 	return res, nil
