@@ -133,6 +133,9 @@ func (c *cluster) report(dir string, stuck []string, gor0, gor1, rss0, rss1 []fl
 	}
 	fmt.Printf("\nrecorded %d RPCs %v; answers by code %v; latency of answered RPCs p50 %d ms, p99 %d ms, p99.9 %d ms\n",
 		len(ops), kinds, codes, pct(0.5), pct(0.99), pct(0.999))
+	for i, o := range c.failoverCosts(ops) {
+		fmt.Printf("failover %d: %v\n", i+1, o)
+	}
 
 	var calls, provider, fallback, watch int64
 	for _, w := range c.workers {

@@ -196,7 +196,8 @@ func (r *recorder) answer(op *history.Op, kind history.Kind, raw []byte) []byte 
 		}
 		op.Res = history.Result{ServerTime: ms(m.GetServerTime()), Decision: int(m.GetDecision()), Reason: int(m.GetDenyReason()),
 			RetryAfter: m.GetRetryAfter().AsDuration().Milliseconds(), AvailAt: ms(m.GetAvailableAt()), Revision: m.GetRevision(),
-			Phase: int(m.GetState()), LeaseToken: m.GetLeaseToken(), LeaseExp: ms(m.GetLeaseExpiresAt())}
+			Phase: int(m.GetState()), LeaseToken: m.GetLeaseToken(), LeaseExp: ms(m.GetLeaseExpiresAt()),
+			NotReplicated: m.GetDurability() == cooldownv1.Durability_DURABILITY_NOT_REPLICATED}
 		if m.GetRetryAfter() == nil {
 			op.Res.RetryAfter = 0
 		}

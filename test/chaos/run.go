@@ -43,7 +43,8 @@ type cluster struct {
 	cds      []*replica     // cooldownd
 	workers  []*workerProc
 	mu       sync.Mutex
-	events   []string // what happened, for the report
+	events   []string    // what happened, for the report
+	failover []time.Time // when each SENTINEL FAILOVER was sent
 }
 
 type workerProc struct {
@@ -54,6 +55,7 @@ type workerProc struct {
 	mu       sync.Mutex
 	degraded bool
 	upAt     time.Time // last recovery
+	spells   []spell   // every time it was degraded
 	killed   bool
 	read     chan struct{} // closed when its stdout is read to the end
 }
@@ -112,7 +114,13 @@ func (c *cluster) up() error {
 	// With Sentinel, a master that lost its replica refuses writes after
 	// 1 s (min-replicas-to-write): a demoted master does not go on
 	// acknowledging writes that its resync will throw away.
-	minReplicas := []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}
+	// repl-diskless-sync-delay 0: a replica repointed by a failover whose
+	// partial resync is refused (it has writes the new master never got)
+	// is sent its full copy at once, not after the default 5 s wait for
+	// more replicas: Sentinel ends the failover, and publishes the new
+	// master (+switch-master), only once that replica is in sync or after
+	// its failover-timeout (5 s). See docs/reliability.md.
+	minReplicas := []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1", "--repl-diskless-sync-delay", "0"}
 	if c.o.sentinel {
 		c.redis.extra = minReplicas
 	}
@@ -250,6 +258,11 @@ func (w *workerProc) follow(out *os.File) {
 			w.degraded = deg == "1"
 			if !w.degraded {
 				w.upAt = time.UnixMilli(ms)
+				if n := len(w.spells); n > 0 && w.spells[n-1].up.IsZero() {
+					w.spells[n-1].up = w.upAt
+				}
+			} else {
+				w.spells = append(w.spells, spell{down: time.UnixMilli(ms)})
 			}
 			w.mu.Unlock()
 		case "SUMMARY":
@@ -321,7 +334,7 @@ func (c *cluster) recovered(what string, t time.Time) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	gor, rss := c.baseline()
-	c.logf("  %s: replicas ready %v after, clients back on the service %v after; replica goroutines %v, RSS MB %v",
+	c.logf("  %s: replicas ready %v after, clients back on the service %v after the fault ended; replica goroutines %v, RSS MB %v",
 		what, ready.Round(time.Millisecond), back.Round(time.Millisecond), gor, mb(rss))
 }
 
@@ -354,6 +367,9 @@ func (c *cluster) faults() []fault {
 		)
 	} else {
 		fs = append(fs, fault{name: "sentinel failover", hold: 3 * time.Second, on: func() {
+			c.mu.Lock()
+			c.failover = append(c.failover, time.Now())
+			c.mu.Unlock()
 			out, err := exec.Command("redis-cli", "-p", strconv.Itoa(c.sentinel.port), "SENTINEL", "FAILOVER", "chaos").CombinedOutput()
 			c.logf("  SENTINEL FAILOVER: %s %v", strings.TrimSpace(string(out)), err)
 		}, off: func() {}})

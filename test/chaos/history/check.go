@@ -101,6 +101,13 @@ func leases(g []Op) []lease {
 			}
 		}
 		l.last = max(l.last, l.end)
+		if o.Res.NotReplicated {
+			// Granted on a master short of replicas: a failover may lose
+			// the grant at once, and the slot with it (max_probes counts
+			// it as ended at its start; a denial may still lean on it
+			// until last).
+			l.end = l.start
+		}
 		for _, x := range g {
 			switch {
 			case x.Kind == Report && x.LeaseToken == o.Res.LeaseToken && x.OK() && x.Res.NotReplicated:

@@ -276,3 +276,34 @@ func TestNotReplicatedMayBeLost(t *testing.T) {
 		})
 	}
 }
+
+// TestNotReplicatedGrantMayBeLost: a probe grant answered NOT_REPLICATED
+// may be undone by a failover, slot and all, so a second grant inside its
+// lease is no double probe; with the first grant answered replicated (or
+// without durability) it is (the seeded double probe, still caught).
+func TestNotReplicatedGrantMayBeLost(t *testing.T) {
+	t.Parallel()
+	const conn, at = "c3", int64(3_000_000)
+	grant := func(p int, now int64, nrep bool) Op {
+		return Op{Process: p, ID: 1, Kind: Admit, Conn: conn, Call: now - 2, Return: now + 2,
+			Res: Result{ServerTime: now, Decision: int(breaker.AllowProbe), Revision: 7, Phase: int(breaker.HalfOpen),
+				LeaseToken: fmt.Sprintf("7.0.%d.n%d", now, p), LeaseExp: now + 1000, NotReplicated: nrep}}
+	}
+	for _, tc := range []struct {
+		name string
+		nrep bool
+		want int
+	}{
+		{"not replicated: the first grant possibly lost", true, 0},
+		{"seeded: replicated, then a second grant inside its lease", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			vs := Check([]Op{grant(1, at, tc.nrep), grant(2, at+300, false)}, testPolicy())
+			require.Len(t, vs, tc.want, "%v", vs)
+			if tc.want > 0 {
+				assert.Equal(t, "at most max_probes probes in flight", vs[0].Property)
+			}
+		})
+	}
+}

@@ -62,8 +62,8 @@ type Result struct {
 	LeaseExp   int64  `json:"lexp,omitempty"`
 	Accepted   bool   `json:"acc,omitempty"`
 	Changed    bool   `json:"chg,omitempty"`
-	// Report only: durability NOT_REPLICATED (applied on the master, which
-	// a failover may yet lose: possibly applied and possibly not).
+	// Report and Admit: durability NOT_REPLICATED (applied on the master,
+	// which a failover may yet lose: possibly applied and possibly not).
 	NotReplicated bool `json:"nrep,omitempty"`
 	// Get only: the stored state.
 	Cause       int   `json:"cause,omitempty"`
