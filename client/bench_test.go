@@ -14,7 +14,7 @@ func BenchmarkGuardHealthy(b *testing.B) {
 	for _, mirror := range []bool{false, true} {
 		b.Run(fmt.Sprintf("mirror=%t", mirror), func(b *testing.B) {
 			cd := startCooldownd(b, fastPolicy())
-			opts := []Option{WithAdmitTimeout(5 * time.Second)}
+			opts := []Option{WithAdmitTimeout(5 * time.Second), WithoutMirror()}
 			if mirror {
 				opts = append(opts, WithMirror(time.Second))
 			}
@@ -23,15 +23,15 @@ func BenchmarkGuardHealthy(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer func() { _ = c.Close() }()
-			for !mirror || !c.Stats().Mirror.Live {
-				if !mirror {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
 			cn, err := c.Connection("openai", "https://api.example.com/v1", "key-bench", "", "")
 			if err != nil {
 				b.Fatal(err)
+			}
+			if _, err := c.Admit(b.Context(), cn); err != nil { // the stream opens at the first answer
+				b.Fatal(err)
+			}
+			for mirror && !c.Stats().Mirror.Live {
+				time.Sleep(time.Millisecond)
 			}
 			b.SetParallelism(16)
 			b.ResetTimer()

@@ -40,6 +40,8 @@ type fakeService struct {
 	onAdmit   func(*cooldownv1.AdmitRequest, *cooldownv1.AdmitResponse)
 	onReport  func(*cooldownv1.ReportRequest, *cooldownv1.ReportResponse)
 	events    chan *cooldownv1.ConnectionState
+	watchErr  error // WatchConnections answers it (an older cooldownd, a token that may not watch)
+	watches   int   // WatchConnections calls received
 }
 
 func newFakeService(p breaker.Policy) *fakeService {
@@ -192,6 +194,13 @@ func (f *fakeService) Report(_ context.Context, req *connect.Request[cooldownv1.
 // WatchConnections sends a heartbeat, then the states pushed with event,
 // until the client goes.
 func (f *fakeService) WatchConnections(ctx context.Context, _ *connect.Request[cooldownv1.WatchConnectionsRequest], stream *connect.ServerStream[cooldownv1.WatchConnectionsResponse]) error {
+	f.mu.Lock()
+	f.watches++
+	refusal := f.watchErr
+	f.mu.Unlock()
+	if refusal != nil {
+		return refusal
+	}
 	if err := stream.Send(&cooldownv1.WatchConnectionsResponse{}); err != nil {
 		return err
 	}
@@ -207,6 +216,29 @@ func (f *fakeService) WatchConnections(ctx context.Context, _ *connect.Request[c
 	}
 }
 
+// refuseWatch makes WatchConnections answer err.
+func (f *fakeService) refuseWatch(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watchErr = err
+}
+
+// watchCalls returns how many WatchConnections calls came.
+func (f *fakeService) watchCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watches
+}
+
+// forget drops the requests recorded so far (a test's warm-up).
+func (f *fakeService) forget() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.admitReqs, f.reportReq = nil, nil
+	f.admits.Store(0)
+	f.reports.Store(0)
+}
+
 // event pushes a state change to the watch stream.
 func (f *fakeService) event(st *cooldownv1.ConnectionState) { f.events <- st }
 
@@ -219,14 +251,18 @@ func (m memClient) Do(req *http.Request) (*http.Response, error) {
 	return rec.Result(), nil
 }
 
-// client returns a Client on an in-memory fake cooldownd, with the
+// client returns a Client without the mirror on an in-memory fake cooldownd, with the
 // generous admit timeout of [newClient]: outside synctest the clock is
 // real, and on a loaded machine a call past 250 ms is rightly decided
 // in-process (TestAdmitAttempt failed so, once in 20). Tests about timeouts
 // set their own.
 func (f *fakeService) client(opts ...Option) (*Client, error) {
 	_, h := cooldownv1connect.NewCooldownServiceHandler(f)
-	base := []Option{WithHTTPClient(memClient{h}), WithLogger(slog.New(slog.DiscardHandler)), WithAdmitTimeout(10 * time.Second)}
+	// In memory nothing streams: the mirror would never be live, so these
+	// are tests of the client without it, and they say so. The mirror's
+	// tests use serve.
+	base := []Option{WithHTTPClient(memClient{h}), WithLogger(slog.New(slog.DiscardHandler)), WithAdmitTimeout(10 * time.Second),
+		WithoutMirror()}
 	return New("http://cooldownd.invalid", append(base, opts...)...)
 }
 

@@ -22,6 +22,9 @@ const (
 	mirrorSilence = 45 * time.Second
 	// maxMirrored bounds the entries and the event revisions kept.
 	maxMirrored = 8192
+	// mirrorRefusedRetry is about how long the mirror waits to ask again
+	// after cooldownd refused its watch stream.
+	mirrorRefusedRetry = 6 * queueBackoffCap
 )
 
 // mirrorEntry is what the client knows of one healthy connection.
@@ -70,6 +73,13 @@ type mirror struct {
 	c        *Client
 	interval time.Duration
 	wg       sync.WaitGroup
+	// begin is closed at cooldownd's first answer to an Admit: the watch
+	// stream opens then, not at New, so that a client that never calls
+	// holds no stream, and the stream goes out once an answer has settled
+	// the endpoint's protocol (an HTTP/1.1-only cooldownd is learnt from
+	// the first call, not raced by the stream's request).
+	begin     chan struct{}
+	beginOnce sync.Once
 	// sending is held by a flush from taking the batches until they are
 	// sent, so that a Flush that finds them taken by the ticker waits for
 	// them to be delivered.
@@ -86,11 +96,19 @@ type mirror struct {
 	batch   map[batchKey]int64
 	labels  map[ID]Conn
 
-	admits, batched, batches atomic.Uint64
+	// accepted says cooldownd took a watch stream of this client's token:
+	// it lets clients watch their tenant, so it counts batched successes
+	// (ReportRequest.count came with that grant). Until a stream is
+	// accepted, and again once one is refused, successes are reported one
+	// by one and nothing is admitted locally: the client works as without
+	// the mirror (see [mirror.batching]).
+	accepted atomic.Bool
+
+	admits, batched, batches, refused atomic.Uint64
 }
 
 func newMirror(c *Client, interval time.Duration) *mirror {
-	return &mirror{c: c, interval: interval, entries: map[ID]*mirrorEntry{}, evRev: map[ID]uint64{},
+	return &mirror{c: c, interval: interval, begin: make(chan struct{}), entries: map[ID]*mirrorEntry{}, evRev: map[ID]uint64{},
 		hot: map[ID]uint64{}, sick: map[ID]sickMark{}, batch: map[batchKey]int64{}, labels: map[ID]Conn{}}
 }
 
@@ -127,6 +145,7 @@ func (m *mirror) admit(conn Conn, retry, degraded bool, now time.Time) (a Admiss
 // taken, or it is marked not healthy (see [sickMark]) and the answer is
 // older than the mark or its revision.
 func (m *mirror) learn(a Admission, state cooldownv1.State, throttle float64, t mirrorTicket, now time.Time) {
+	m.beginOnce.Do(func() { close(m.begin) })
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	id := a.Conn.id
@@ -313,10 +332,19 @@ func (m *mirror) event(st *cooldownv1.ConnectionState, now time.Time) {
 	delete(m.entries, id)
 }
 
+// batching reports whether successes go in batches: a stream was
+// accepted and none refused since. A cooldownd that refuses the watch
+// (an older one: its clients may not watch, and it does not know
+// ReportRequest.count, so a batch would count as one success; or a token
+// whose role may not watch) hears every report at once, as a client
+// without the mirror's would.
+func (m *mirror) batching() bool { return m.accepted.Load() }
+
 // up marks the stream subscribed; down forgets everything it vouched for
 // (the marks of connections not healthy stay: they are this process's own
 // word).
 func (m *mirror) up() {
+	m.accepted.Store(true)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.live = true
@@ -333,9 +361,15 @@ func (m *mirror) down() {
 }
 
 // watch keeps a WatchConnections stream open on the current endpoint,
-// reconnecting with backoff, until the client closes.
+// from cooldownd's first answer to an Admit (see begin), reconnecting with
+// backoff, until the client closes.
 func (m *mirror) watch() {
 	ctx := m.c.closed
+	select {
+	case <-m.begin:
+	case <-ctx.Done():
+		return
+	}
 	backoff := queueBackoffBase
 	logged := false
 	for ctx.Err() == nil {
@@ -347,12 +381,19 @@ func (m *mirror) watch() {
 			return
 		}
 		if classifyRPC(err) == rpcRejected {
+			// An older cooldownd, or a token that may not watch: the
+			// client works as without the mirror, and asks again now and
+			// then (cooldownd may be upgraded, the token's role changed).
+			m.accepted.Store(false)
+			m.refused.Add(1)
 			if !logged {
-				m.c.log.Warn("cooldownd refused the mirror's watch stream; every call goes to cooldownd",
+				m.c.log.Warn("cooldownd refused the mirror's watch stream; the client works without the mirror "+
+					"(every call asks cooldownd, every report goes at once) and asks again every "+mirrorRefusedRetry.String()+
+					"; upgrade cooldownd, give the token the client role, or turn the mirror off with WithoutMirror",
 					slog.String("code", connect.CodeOf(err).String()), slog.String("error", err.Error()))
 				logged = true
 			}
-			backoff = queueBackoffCap * 6
+			backoff = mirrorRefusedRetry
 		}
 		d := equalJitter(backoff)
 		backoff = min(2*backoff, queueBackoffCap)
@@ -431,7 +472,7 @@ func (m *mirror) flush(ctx context.Context) {
 		req.Count = uint32(min(n, 1_000_000))
 		m.batches.Add(1)
 		var resp *connect.Response[cooldownv1.ReportResponse]
-		_, kind, _ := m.c.call(ctx, "report", func(ctx context.Context, rpc cooldownService) error {
+		_, kind, err := m.c.call(ctx, "report", func(ctx context.Context, rpc cooldownService) error {
 			var err error
 			resp, err = rpc.Report(ctx, connect.NewRequest(req))
 			return err
@@ -440,7 +481,9 @@ func (m *mirror) flush(ctx context.Context) {
 		case rpcOK:
 			m.c.health.success()
 			m.reportAnswer(labels[k.id], resp.Msg)
-		case rpcRejected, rpcCapped:
+		case rpcCapped:
+			m.c.local.capped(err) // logged once, as a direct report's would be
+		case rpcRejected:
 		default:
 			if m.c.closed.Err() == nil {
 				m.c.enqueue(req, 0)
@@ -460,11 +503,17 @@ type MirrorStats struct {
 	// Batched counts the successes reported in batches; Batches the
 	// reports that carried them.
 	Batched, Batches uint64
+	// Refused counts the watch streams cooldownd refused (an older
+	// cooldownd, or a token whose role may not watch). While the last
+	// stream was refused, or before one was accepted, the client works as
+	// without the mirror: nothing is admitted locally and every report goes
+	// at once.
+	Refused uint64
 }
 
 func (m *mirror) stats() MirrorStats {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return MirrorStats{Live: m.live, Mirrored: len(m.entries), Admits: m.admits.Load(),
-		Batched: m.batched.Load(), Batches: m.batches.Load()}
+		Batched: m.batched.Load(), Batches: m.batches.Load(), Refused: m.refused.Load()}
 }

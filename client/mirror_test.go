@@ -53,6 +53,9 @@ func mirrored(t *testing.T, cd *cooldownd, opts ...Option) *Client {
 	// A generous admit timeout: these tests are about the mirror, and a
 	// call past the timeout on a loaded machine is rightly decided in-process.
 	c := newClient(t, cd.URL, append([]Option{WithMirror(50 * time.Millisecond), WithAdmitTimeout(10 * time.Second)}, opts...)...)
+	// The stream opens at cooldownd's first answer to an Admit.
+	_, err := c.Admit(t.Context(), NewConn(ID{0xee}, "warm-up"))
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return c.Stats().Mirror.Live }, 5*time.Second, 5*time.Millisecond, "the watch stream is up")
 	return c
 }
@@ -64,8 +67,8 @@ func mirrored(t *testing.T, cd *cooldownd, opts ...Option) *Client {
 func TestMirrorHealthyPathNoRoundTrip(t *testing.T) {
 	t.Parallel()
 	cd := startCooldownd(t, fastPolicy())
-	admits, reports := counting(cd)
 	c := mirrored(t, cd)
+	admits, reports := counting(cd)
 	cn := conn(t, c, "https://api.example.com/v1", "key-mirror", "")
 	const calls = 2000
 	for range calls {
@@ -176,7 +179,11 @@ func throttleHook(svc *fakeService) *atomic.Uint64 {
 func servedMirror(t *testing.T, svc *fakeService, opts ...Option) *Client {
 	t.Helper()
 	c := svc.serve(t, append([]Option{WithMirror(time.Hour)}, opts...)...)
+	// The stream opens at cooldownd's first answer to an Admit.
+	_, err := c.Admit(t.Context(), NewConn(ID{0xee}, "warm-up"))
+	require.NoError(t, err)
 	require.Eventually(t, func() bool { return c.Stats().Mirror.Live }, 5*time.Second, 5*time.Millisecond, "the watch stream is up")
+	svc.forget()
 	return c
 }
 

@@ -84,7 +84,7 @@ type config struct {
 	queueMaxAge   time.Duration
 	now           func() time.Time
 	sleep         func(context.Context, time.Duration) error
-	mirror        time.Duration // batch interval; 0: no mirror
+	mirror        time.Duration // batch interval; 0: no mirror (WithoutMirror)
 	reporter      string        // "": a random one at New
 	tracing       *tracing      // nil: the global TracerProvider, once set (otel.go)
 }
@@ -105,6 +105,7 @@ func defaultConfig() config {
 		serviceRetry:  DefaultServiceRetry,
 		queueSize:     DefaultReportQueueSize,
 		queueMaxAge:   DefaultReportQueueMaxAge,
+		mirror:        DefaultMirrorInterval,
 		now:           time.Now,
 		sleep:         sleep,
 	}
@@ -301,13 +302,20 @@ func WithReportQueue(size int, maxAge time.Duration) Option {
 // successes it admitted itself (see [WithMirror]).
 const DefaultMirrorInterval = time.Second
 
-// WithMirror makes the client keep a mirror of the connections it uses,
-// fed by cooldownd's WatchConnections stream, and admit a call without a
-// round trip while its connection is closed and healthy. Successes of such
-// calls are counted and reported in batches, one report per connection and
-// revision every interval (≤ 0: [DefaultMirrorInterval]); every failure,
-// server hint and probe still goes to cooldownd at once, so trips,
-// cooldowns and the single probe stay fleet-exact.
+// WithMirror sets the batch interval of the client's mirror (≤ 0:
+// [DefaultMirrorInterval]); it also turns the mirror back on after
+// [WithoutMirror]. The mirror is on by default.
+//
+// With it the client keeps a mirror of the connections it uses, fed by
+// cooldownd's WatchConnections stream, and admits a call without a round
+// trip while its connection is closed and healthy. The stream opens at
+// cooldownd's first answer to an Admit (a client that never calls holds
+// none). The first call to a connection still asks cooldownd: its answer
+// (closed, allowed, under a live stream) mirrors the connection. Successes are counted and reported in batches, one report per
+// connection and revision every interval; every failure, server hint and
+// probe still goes to cooldownd at once, so trips, cooldowns and the single
+// probe stay fleet-exact, and a failure or hint of this process stops its
+// own local admits at once (docs/decisions/0037).
 //
 // What it trades: a cooldown or trip set by another process stops this
 // process's local admits when its event arrives (one watch event's
@@ -320,7 +328,14 @@ const DefaultMirrorInterval = time.Second
 // cooldownd's), nor a connection whose last throttle probability seen (in
 // an Admit or Report answer, or an event) is above 0, until an Admit
 // answer says 0 again. Batches keep retries apart from first attempts.
-// The token needs the client role.
+//
+// The watch needs a token of the client role and a cooldownd that lets
+// clients watch (the one that counts batched successes). Until cooldownd
+// has accepted the stream, and whenever it refuses it (an older cooldownd,
+// a token that may not watch), the client works as without the mirror:
+// every call asks cooldownd and every report goes at once; a refusal is
+// logged once (warning) and counted in [MirrorStats].Refused, and the
+// client asks again about every 30 s. Calls never fail for it.
 func WithMirror(interval time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if interval <= 0 {
@@ -328,6 +343,14 @@ func WithMirror(interval time.Duration) Option {
 		}
 		c.mirror = interval
 	})
+}
+
+// WithoutMirror turns the mirror off (see [WithMirror]): every call asks
+// cooldownd and every report is sent at once, so cooldownd learns each
+// outcome before [Client.Report] returns, at the cost of an Admit and a
+// Report round trip per call. No watch stream is opened.
+func WithoutMirror() Option {
+	return optionFunc(func(c *config) { c.mirror = 0 })
 }
 
 // MaxReporterLen is the longest reporter id (see [WithReporter]).

@@ -63,7 +63,7 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		}
 		return c.local.report(c.now(), a, cl, false).open, nil
 	}
-	if c.mirror != nil && cl.Outcome == OutcomeSuccess && cl.Proactive <= 0 {
+	if c.mirror != nil && c.mirror.batching() && cl.Outcome == OutcomeSuccess && cl.Proactive <= 0 {
 		// With the mirror, a success never waits on cooldownd: counted
 		// for the next batch (no request is built: the healthy path's
 		// cost), or (a probe's, which releases the fleet) sent at once in

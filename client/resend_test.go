@@ -104,7 +104,7 @@ func TestQueuedReportResentAfterALostReplyCountsOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cd := startCooldownd(t, fastPolicy())
-			var opts []Option
+			opts := []Option{WithoutMirror()} // each report on its own, but for the batch's case
 			mirror := tc.name == "a batch of the mirror's successes"
 			if mirror {
 				opts = append(opts, WithMirror(time.Hour)) // batches go at Flush only
@@ -112,6 +112,8 @@ func TestQueuedReportResentAfterALostReplyCountsOnce(t *testing.T) {
 			c := newClient(t, cd.URL, opts...)
 			cn := conn(t, c, "https://api.example.com/v1", "key-resend", "")
 			if mirror {
+				_, err := c.Admit(t.Context(), cn) // the stream opens at cooldownd's first answer
+				require.NoError(t, err)
 				require.Eventually(t, func() bool { return c.Stats().Mirror.Live }, 5*time.Second, 5*time.Millisecond, "the watch stream is up")
 				a, err := c.Admit(t.Context(), cn) // known, closed: the next are admitted from the mirror
 				require.NoError(t, err)
