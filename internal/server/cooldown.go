@@ -47,6 +47,9 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	if err != nil {
 		return nil, err
 	}
+	if resp, err := s.coalesced(c, rep); resp != nil || err != nil {
+		return resp, err
+	}
 	res, err := s.store.Report(ctx, c, rep)
 	if errors.Is(err, store.ErrReportKeyReused) {
 		return nil, errInvalid("idempotency_key", "names a different report already applied: send a new key with each report")
@@ -60,6 +63,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 		s.metrics.report(rep.Outcome, res.Accepted)
 		s.metrics.transitionsOf(res.Events)
 	}
+	s.learned(c, rep, res)
 	return connect.NewResponse(reportProto(res)), nil
 }
 

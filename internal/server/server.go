@@ -93,6 +93,7 @@ type Server struct {
 	closeOnce sync.Once
 	watchMu   sync.Mutex
 	watching  map[string]int // open watch streams per tenant
+	coalesce  *coalescer     // nil unless StartCoalescing (coalesce.go)
 }
 
 // New returns a Server. It returns an error when Options.Store is nil.

@@ -1,0 +1,404 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// Coalescing's bounds (decision 0051): what a replica holds between two
+// flushes. A report past a bound is applied at once, as without
+// coalescing, so a bound costs Redis operations, never a report.
+const (
+	// CoalesceMaxConns is the most connections a replica coalesces at
+	// once, each about coalesceEntryBytes.
+	CoalesceMaxConns = 65_536
+	// CoalesceMaxKeyed is the most reports with an idempotency key a
+	// replica holds between two flushes (across its connections), each
+	// about coalesceKeyBytes.
+	CoalesceMaxKeyed = 262_144
+	// coalesceFlushers is how many connections' batches one flush applies
+	// at once.
+	coalesceFlushers = 16
+)
+
+// The bytes a coalescing replica holds per connection and per keyed
+// report, measured by TestCoalesceMemoryBound (heap in use per entry and
+// per key, rounded up). At the bounds: 65,536 × 512 B + 262,144 × 128 B
+// = 64 MiB at most.
+const (
+	coalesceEntryBytes = 512
+	coalesceKeyBytes   = 128
+)
+
+// coalesceStore is what the coalescer applies batches with (the store).
+type coalesceStore interface {
+	ReportCoalesced(ctx context.Context, c store.Conn, b store.Coalesced) (store.CoalescedResult, error)
+}
+
+// coalescer merges the success reports a replica is sent, per connection
+// and interval, into one report of their sum (store.ReportCoalesced),
+// so that a healthy connection costs Redis a batch per replica per
+// interval, not a report per process or call (issue 25 point 3, decision
+// 0051).
+//
+// A report is taken only when it is a SUCCESS with no lease token and no
+// retry_after hint, at the revision this replica last learned, from an
+// answer of the store, was current on a closed connection with no
+// throttle (a success it applied at once, or the last flush). Anything
+// else, a report past the bounds, and every report of a connection the
+// replica has not learned yet go to the store at once, as before; any
+// other outcome reported at once makes the connection's next successes
+// go at once too, until a success's answer shows it healthy again. So
+// failures, hints, probes and transitions never wait, and the answer a
+// taken report gets (ReportResponse.applied = COALESCED, the learned
+// revision, state closed) is at most one interval and a flush old.
+type coalescer struct {
+	st       coalesceStore
+	log      *slog.Logger
+	interval time.Duration
+	timeout  time.Duration // of one batch's store calls
+	maxConns int
+	maxKeyed int
+
+	mu      sync.Mutex
+	entries map[connKey]*coalesceEntry
+	keyed   int  // keyed reports pending, over every entry
+	closed  bool // after close: every report goes at once
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// connKey names one connection of one tenant.
+type connKey struct {
+	tenant string
+	id     keys.ID
+}
+
+// coalesceEntry is what a replica knows of one connection and the
+// successes it holds for it.
+type coalesceEntry struct {
+	// healthy: rev is the revision of a closed connection with no
+	// throttle, as of at (the store's clock, when) and learned (this
+	// replica's).
+	healthy bool
+	rev     uint64
+	shadow  bool
+	at      time.Time
+	learned time.Time
+	label   string
+	// pending are the batches by retry flag (a first attempt and a retry
+	// count differently in the fleet window); nil when empty.
+	pending [2]*coalesceBatch
+}
+
+// coalesceBatch is the successes taken at one revision with one retry flag.
+type coalesceBatch struct {
+	rev    uint64
+	retry  bool
+	count  int64
+	keyed  []store.KeyedCount
+	keys   map[string]int64 // key → count, for a resend to this replica
+	status int
+	code   string
+}
+
+func newCoalescer(st coalesceStore, log *slog.Logger, interval, timeout time.Duration) *coalescer {
+	return &coalescer{st: st, log: log, interval: interval, timeout: timeout, maxConns: CoalesceMaxConns,
+		maxKeyed: CoalesceMaxKeyed, entries: map[connKey]*coalesceEntry{}}
+}
+
+// take holds rep for the next flush when it may be coalesced, and
+// returns the answer for it; ok false: apply it at once. A keyed report
+// whose key this replica holds already is a resend: answered again,
+// counted once; with another count it is a key reused (errReused).
+func (k *coalescer) take(c store.Conn, rep breaker.Report, now time.Time) (resp *cooldownv1.ReportResponse, ok bool, err error) {
+	if rep.Outcome != breaker.OutcomeSuccess || rep.LeaseToken != "" || rep.RetryAfter > 0 {
+		return nil, false, nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	e := k.entries[connKey{c.Tenant, c.ID}]
+	if k.closed || e == nil || !e.healthy || rep.Revision != e.rev {
+		return nil, false, nil
+	}
+	i := 0
+	if rep.Retry {
+		i = 1
+	}
+	b := e.pending[i]
+	n := max(rep.Count, 1)
+	if c.ReportKey != "" {
+		if b != nil {
+			if seen, dup := b.keys[c.ReportKey]; dup {
+				if seen != n {
+					return nil, true, errReused()
+				}
+				return e.answer(now), true, nil
+			}
+		}
+		if k.keyed >= k.maxKeyed {
+			return nil, false, nil
+		}
+	}
+	if b == nil {
+		b = &coalesceBatch{rev: e.rev, retry: rep.Retry}
+		e.pending[i] = b
+	}
+	if c.ReportKey != "" {
+		if b.keys == nil {
+			b.keys = map[string]int64{}
+		}
+		b.keys[c.ReportKey] = n
+		b.keyed = append(b.keyed, store.KeyedCount{Key: c.ReportKey, Count: n})
+		k.keyed++
+	} else {
+		b.count += n
+	}
+	b.status, b.code = rep.HTTPStatus, rep.ErrorCode
+	if c.Label != "" {
+		e.label = c.Label
+	}
+	return e.answer(now), true, nil
+}
+
+// answer is a taken report's answer: the state the replica last learned,
+// at the store's clock then plus the time since.
+func (e *coalesceEntry) answer(now time.Time) *cooldownv1.ReportResponse {
+	return &cooldownv1.ReportResponse{State: cooldownv1.State_STATE_CLOSED, Revision: e.rev, Accepted: true,
+		ServerTime: timestamppb.New(e.at.Add(now.Sub(e.learned))), Shadow: e.shadow,
+		Applied: cooldownv1.ReportApplied_REPORT_APPLIED_COALESCED}
+}
+
+// learn takes the store's answer to a report applied at once: a success
+// accepted on a closed connection with no throttle makes its revision the
+// one successes are coalesced at; any other report, or another answer,
+// makes the connection's successes go at once.
+func (k *coalescer) learn(c store.Conn, rep breaker.Report, res store.ReportResult, now time.Time) {
+	healthy := rep.Outcome == breaker.OutcomeSuccess && rep.RetryAfter == 0 && res.Accepted &&
+		res.Phase == breaker.Closed && res.ThrottleProbability == 0
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	key := connKey{c.Tenant, c.ID}
+	e := k.entries[key]
+	if e == nil {
+		if !healthy || k.closed || len(k.entries) >= k.maxConns {
+			return
+		}
+		e = &coalesceEntry{}
+		k.entries[key] = e
+	}
+	e.set(healthy, res, now)
+}
+
+// set records what an answer of the store says. A revision older than
+// the one known says nothing: answers may arrive out of order.
+func (e *coalesceEntry) set(healthy bool, res store.ReportResult, now time.Time) {
+	if res.Revision < e.rev {
+		return
+	}
+	e.healthy, e.rev, e.shadow, e.at, e.learned = healthy, res.Revision, res.Shadow, res.Now, now
+}
+
+// flushed is one batch's outcome, for learn.
+type flushed struct {
+	key connKey
+	b   *coalesceBatch
+	res store.CoalescedResult
+	err error
+}
+
+// flush applies every batch held (each connection's on its own, up to
+// coalesceFlushers at once) and forgets the connections that had none:
+// a connection stays learned only while its successes keep coming.
+func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
+	type job struct {
+		key   connKey
+		label string
+		b     *coalesceBatch
+	}
+	var jobs []job
+	k.mu.Lock()
+	for key, e := range k.entries {
+		if e.pending[0] == nil && e.pending[1] == nil {
+			delete(k.entries, key)
+			continue
+		}
+		for i, b := range e.pending {
+			if b != nil {
+				jobs = append(jobs, job{key, e.label, b})
+				k.keyed -= len(b.keyed)
+				e.pending[i] = nil
+			}
+		}
+	}
+	k.mu.Unlock()
+	if len(jobs) == 0 {
+		return
+	}
+	out := make(chan flushed, len(jobs))
+	work := make(chan job)
+	var wg sync.WaitGroup
+	for range min(coalesceFlushers, len(jobs)) {
+		wg.Go(func() {
+			for j := range work {
+				out <- k.apply(ctx, j.key, j.label, j.b)
+			}
+		})
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	close(out)
+	t := now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for f := range out {
+		e := k.entries[f.key]
+		switch {
+		case f.err != nil:
+			// Lost (decision 0051): the batch may have been applied in
+			// part, and a second try could count it twice.
+			k.log.Warn("coalesced successes not applied", "tenant", f.key.tenant, "connection", f.key.id,
+				"revision", f.b.rev, "count", f.b.count, "keyed", len(f.b.keyed), "err", f.err)
+			if e != nil {
+				e.healthy = false
+			}
+		case f.res.Applied > 0 && e != nil:
+			e.set(f.res.Accepted && f.res.Phase == breaker.Closed && f.res.ThrottleProbability == 0, f.res.ReportResult, t)
+		}
+		if f.res.Reused > 0 {
+			k.log.Warn("coalesced success with an idempotency key already used by another report: not counted",
+				"tenant", f.key.tenant, "connection", f.key.id, "reused", f.res.Reused)
+		}
+	}
+}
+
+// apply reports one batch.
+func (k *coalescer) apply(ctx context.Context, key connKey, label string, b *coalesceBatch) flushed {
+	if k.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, k.timeout)
+		defer cancel()
+	}
+	res, err := k.st.ReportCoalesced(ctx, store.Conn{Tenant: key.tenant, ID: key.id, Label: label}, store.Coalesced{
+		Revision: b.rev, Retry: b.retry, Count: b.count, Keyed: b.keyed, HTTPStatus: b.status, ErrorCode: b.code,
+	})
+	return flushed{key: key, b: b, res: res, err: err}
+}
+
+// run flushes every interval until close; a batch waits at most one
+// interval and a flush.
+func (k *coalescer) run(now func() time.Time) {
+	defer close(k.done)
+	t := time.NewTicker(k.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+			k.flush(context.Background(), now)
+		}
+	}
+}
+
+// start runs the flush loop.
+func (k *coalescer) start(now func() time.Time) {
+	k.stop, k.done = make(chan struct{}), make(chan struct{})
+	go k.run(now)
+}
+
+// close stops taking reports (every later one is applied at once), stops
+// the loop and applies what it holds: nothing acknowledged is lost on a
+// clean stop. ctx bounds the last flush.
+func (k *coalescer) close(ctx context.Context, now func() time.Time) {
+	k.mu.Lock()
+	was := k.closed
+	k.closed = true
+	k.mu.Unlock()
+	if was {
+		return
+	}
+	if k.stop != nil {
+		close(k.stop)
+		<-k.done
+	}
+	k.flush(ctx, now)
+}
+
+// pending is how many connections and keyed reports the coalescer holds.
+func (k *coalescer) pending() (conns, keyed int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, e := range k.entries {
+		if e.pending[0] != nil || e.pending[1] != nil {
+			conns++
+		}
+	}
+	return conns, k.keyed
+}
+
+// errReused is the error for a report whose idempotency key the replica holds for
+// a report that said something else.
+func errReused() error {
+	return errInvalid("idempotency_key", "names a different report already applied: send a new key with each report")
+}
+
+// coalesced answers a report the replica coalesces (decision 0051); nil,
+// nil: apply it at once. The Report handler's hook.
+func (s cooldownService) coalesced(c store.Conn, rep breaker.Report) (*connect.Response[cooldownv1.ReportResponse], error) {
+	if s.coalesce == nil {
+		return nil, nil
+	}
+	resp, ok, err := s.coalesce.take(c, rep, s.now())
+	if !ok {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.metrics.report(rep.Outcome, true)
+	return connect.NewResponse(resp), nil
+}
+
+// learned tells the coalescer the store's answer to a report applied at
+// once. The Report handler's hook.
+func (s cooldownService) learned(c store.Conn, rep breaker.Report, res store.ReportResult) {
+	if s.coalesce != nil && !res.Replayed {
+		s.coalesce.learn(c, rep, res, s.now())
+	}
+}
+
+// StartCoalescing makes the server coalesce the success reports it is
+// sent, per connection, over interval (see decision 0051); 0 or less:
+// never (the default). Call it once, before serving; [Server.StopCoalescing]
+// applies what it holds.
+func (s *Server) StartCoalescing(interval time.Duration) {
+	if interval <= 0 || s.coalesce != nil {
+		return
+	}
+	s.coalesce = newCoalescer(s.store, s.log, interval, s.requestTO)
+	s.coalesce.start(s.now)
+}
+
+// StopCoalescing stops coalescing and applies every success the server
+// holds, within ctx: call it once the HTTP server has drained (after
+// http.Server.Shutdown), so that no report acknowledged is lost on a
+// clean stop. Reports after it are applied at once.
+func (s *Server) StopCoalescing(ctx context.Context) {
+	if s.coalesce != nil {
+		s.coalesce.close(ctx, s.now)
+	}
+}
