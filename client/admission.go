@@ -135,6 +135,12 @@ type Admission struct {
 	// connection was closed and healthy. Its success is reported in a
 	// batch; any other outcome goes to cooldownd at once.
 	Mirrored bool
+	// NotReplicated reports that cooldownd applied what this Admit wrote
+	// (the probe lease granted, a timed transition) on a Redis master with
+	// too few replicas: a failover before they catch up may lose it. The
+	// decision stands (a probe is the caller's probe); it is neither an
+	// outage nor a reason to ask again (AdmitResponse.durability).
+	NotReplicated bool
 }
 
 // Allowed reports whether the call may go (an allow or a probe).

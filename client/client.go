@@ -364,6 +364,7 @@ func admission(m *cooldownv1.AdmitResponse, cands []Conn, retry []bool) (Admissi
 	a := Admission{
 		Index: i, Conn: cands[i], Decision: d, Revision: m.GetRevision(),
 		LeaseToken: m.GetLeaseToken(), Reason: DenyReason(m.GetDenyReason()), Retry: isRetry(retry, i),
+		NotReplicated: m.GetDurability() == cooldownv1.Durability_DURABILITY_NOT_REPLICATED,
 	}
 	if a.Allowed() {
 		a.Shadowed = DenyReason(m.GetShadowDenyReason())

@@ -5,7 +5,7 @@ import { create } from "@bufbuild/protobuf";
 import type { Duration } from "@bufbuild/protobuf/wkt";
 import { timestampMs } from "@bufbuild/protobuf/wkt";
 
-import { ConnectionSchema, type AdmitResponse, type Connection as WireConnection } from "./gen/v1/cooldown_pb.js";
+import { ConnectionSchema, Durability, type AdmitResponse, type Connection as WireConnection } from "./gen/v1/cooldown_pb.js";
 import { Decision, DenyReason } from "./breaker.js";
 import { Conn } from "./conn.js";
 import { InvalidConnError } from "./errors.js";
@@ -45,6 +45,14 @@ export interface Admission {
   local: boolean;
   /** Admitted from the client's mirror, without a round trip (see the mirror option). */
   mirrored?: boolean;
+  /**
+   * cooldownd applied what this admit wrote (the probe lease granted, a
+   * timed transition) on a Redis master with too few replicas: a failover
+   * before they catch up may lose it. The decision stands (a probe is the
+   * caller's probe); it is neither an outage nor a reason to ask again
+   * (AdmitResponse.durability NOT_REPLICATED).
+   */
+  notReplicated?: boolean;
 }
 
 /** Whether an admission lets the call go. */
@@ -79,6 +87,7 @@ export function admission(m: AdmitResponse, cands: Conn[], retry: boolean[] | un
     retryAfterMs: m.retryAfter ? Math.max(durationMs(m.retryAfter), 0) : 0,
     reason: m.denyReason as number as DenyReason, local: false, retry: retry?.[i] ?? false,
     shadowReason: DenyReason.None, shadowRetryAfterMs: 0, throttleProbability: m.throttleProbability,
+    notReplicated: m.durability === Durability.NOT_REPLICATED,
   };
   if (allowed(a)) {
     a.shadowReason = m.shadowDenyReason as number as DenyReason;
