@@ -13,7 +13,7 @@ import (
 )
 
 // errSecretLabel is why a label that looks like a credential is refused.
-var errSecretLabel = errors.New("looks like a secret (API key, bearer token, JWT, URL credentials or a long random string, also when spaced out, in full-width letters or with other dashes); use a short human label such as \"openai gpt-4o 0a1b2c3d…\"")
+var errSecretLabel = errors.New("looks like a secret (API key, bearer token, JWT, URL credentials or a long random string, also when spaced out, with its letters separated by punctuation, in full-width letters, with Cyrillic or Greek look-alike letters or with other dashes); use a short human label such as \"openai gpt-4o 0a1b2c3d…\"")
 
 // checkLabel accepts short human labels and refuses anything that looks
 // like a secret, so credentials never reach Redis or the dashboard.
@@ -144,6 +144,10 @@ var (
 	squeezedPrefix = regexp.MustCompile(`^(` + strings.Join(prefixShapes, "|") + `)`)
 	squeezedMarker = regexp.MustCompile(strings.Join(markerShapes, "|"))
 	squeezedAWS    = regexp.MustCompile(`^` + awsKeyID)
+	// spelledPrefix is a key prefix whose separators were all dropped: a
+	// key spelled out letter by letter ("s-k-p-r-o-j-a-b-c-d"). Only read
+	// from a word spelled out so: "sk admin" is a country and a word.
+	spelledPrefix = regexp.MustCompile(`^(sk|rk)(proj|ant|svcacct|admin|or)[a-z0-9]`)
 	// hexKey is 32 or more hex digits with letters and digits both: an
 	// Azure OpenAI key, also spaced out in groups.
 	hexKey = regexp.MustCompile(`[0-9a-f]{32,}`)
@@ -155,47 +159,160 @@ var base64Run = regexp.MustCompile(`[A-Za-z0-9/+]{40,}`)
 
 // normalise is what the screen reads of a label: its NFKC form (full-width
 // and other compatibility letters, digits and punctuation become ASCII:
-// "ｓｋ-ｐｒｏｊ" is "sk-proj") with every dash (Unicode Pd, and the minus
-// sign) a hyphen-minus. Case is kept: the AWS shapes and the randomness
-// checks read it.
+// "ｓｋ-ｐｒｏｊ" is "sk-proj"), the Cyrillic and Greek letters that look like
+// Latin ones folded to them (see confusable: "ѕk-рrој" is "sk-proj"), and
+// every dash (Unicode Pd, and the minus sign) a hyphen-minus. Case is kept:
+// the AWS shapes and the randomness checks read it.
 func normalise(l string) string {
 	n := norm.NFKC.String(l)
-	if !strings.ContainsFunc(n, isOtherDash) {
+	if !strings.ContainsFunc(n, func(r rune) bool { return isOtherDash(r) || confusable(r) != 0 }) {
 		return n
 	}
 	return strings.Map(func(r rune) rune {
 		if isOtherDash(r) {
 			return '-'
 		}
+		if c := confusable(r); c != 0 {
+			return c
+		}
 		return r
 	}, n)
+}
+
+// confusables are the Cyrillic and Greek letters that look like a Latin
+// letter (or digit-free ASCII letter) in common fonts, each with that
+// letter: the letters that matter in the key prefixes and AWS key ids
+// ("ѕk-" with a Cyrillic dze, "АКІА" in Cyrillic). A letter that only
+// resembles one in some fonts (Cyrillic с reads "c", not "s"; Greek σ, ε) is
+// left alone, so words in those scripts stay words: only the screen reads
+// the fold, never the label stored. NFKC runs first, so a letter it
+// changes is not here (the lunate sigma ϲ becomes the final sigma ς).
+var confusables = map[rune]rune{
+	// Cyrillic, lower case.
+	'а': 'a', 'с': 'c', 'ԁ': 'd', 'е': 'e', 'һ': 'h', 'і': 'i', 'ј': 'j', 'к': 'k', 'ӏ': 'l',
+	'о': 'o', 'р': 'p', 'ԛ': 'q', 'ѕ': 's', 'ѵ': 'v', 'ԝ': 'w', 'х': 'x', 'у': 'y', 'ү': 'y',
+	// Cyrillic, upper case.
+	'А': 'A', 'В': 'B', 'С': 'C', 'Е': 'E', 'Н': 'H', 'І': 'I', 'Ӏ': 'I', 'Ј': 'J', 'К': 'K',
+	'М': 'M', 'О': 'O', 'Р': 'P', 'Ԛ': 'Q', 'Ѕ': 'S', 'Т': 'T', 'Ԝ': 'W', 'Х': 'X', 'У': 'Y', 'Ү': 'Y',
+	// Greek, lower case.
+	'α': 'a', 'ι': 'i', 'ϳ': 'j', 'κ': 'k', 'ο': 'o', 'ρ': 'p', 'υ': 'u', 'ν': 'v', 'χ': 'x',
+	// Greek, upper case.
+	'Α': 'A', 'Β': 'B', 'Ε': 'E', 'Η': 'H', 'Ι': 'I', 'Ϳ': 'J', 'Κ': 'K', 'Μ': 'M',
+	'Ν': 'N', 'Ο': 'O', 'Ρ': 'P', 'Τ': 'T', 'Υ': 'Y', 'Χ': 'X', 'Ζ': 'Z',
+	// Latin letters without their dot, and with one.
+	'ı': 'i', 'İ': 'I', 'ȷ': 'j',
+}
+
+// confusable is the Latin letter r looks like (see confusables), or 0.
+func confusable(r rune) rune {
+	if r < 0x130 || r > 0x52f {
+		return 0 // outside Latin Extended-A to Cyrillic Supplement: none
+	}
+	return confusables[r]
 }
 
 func isOtherDash(r rune) bool { return r != '-' && (r == '\u2212' || unicode.Is(unicode.Pd, r)) }
 
 // squeeze removes the whitespace of s and collapses every run of
 // separators ('-', '_', '.', with or without whitespace between them) to
-// its first: "s k - - proj  abcd" is "sk-projabcd".
-func squeeze(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	sep := false // the last byte written is a separator
+// its first: "s k - - proj  abcd" is "sk-projabcd". Then it drops every
+// punctuation mark between two single letters or digits (isSpelledSep):
+// "s-k-proj" and "s·k-proj" are "sk-proj", "A-K-I-A-I-O-S-F" is "AKIAIOSF".
+// starts are the word starts of s (a letter or digit first or after a
+// character that is neither) as positions in the result: squeeze(s[i:])
+// for such an i is the result from its start, so one pass serves every
+// word start and the screen stays O(len(s)).
+func squeeze(s string) (out string, starts []squeezeStart) {
+	ps := make([]squeezed, 0, len(s))
+	sep := false  // the last rune kept is a separator
+	last := -1    // index in ps of the previous rune when it is a letter or digit
+	lastSep := -1 // index in ps of the separator the previous runes were
 	for _, r := range s {
+		alnum := isAlnum(r)
+		start := alnum && last < 0
+		if alnum && last >= 0 {
+			ps[last].alone = false
+		}
+		if alnum && lastSep >= 0 {
+			ps[lastSep].tightRight = true
+		}
+		prevAlnum := last >= 0
+		last = -1
 		switch {
 		case unicode.IsSpace(r):
+			lastSep = -1
 			continue
 		case r == '-' || r == '_' || r == '.':
 			if sep {
+				lastSep = -1 // "s--k" is two words, not one spelled out
 				continue
 			}
 			sep = true
 		default:
 			sep = false
 		}
-		b.WriteRune(r)
+		lastSep = -1
+		if alnum {
+			last = len(ps)
+		} else {
+			lastSep = len(ps)
+		}
+		ps = append(ps, squeezed{r: r, start: start, alone: start, tight: prevAlnum})
 	}
-	return b.String()
+	for i := 1; i+1 < len(ps); i++ {
+		if isSpelledSep(ps[i].r) && ps[i].tight && ps[i].tightRight && ps[i-1].alone && ps[i+1].alone {
+			ps[i].drop = true
+			ps[i-1].spelled = true
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i, p := range ps {
+		if p.drop {
+			continue
+		}
+		if p.start {
+			// A start whose letter was joined to the next is the start of a
+			// word spelled out ("s-k-p-r-o-j").
+			starts = append(starts, squeezeStart{at: b.Len(), spelled: p.spelled || i > 0 && ps[i-1].drop})
+		}
+		b.WriteRune(p.r)
+	}
+	return b.String(), starts
 }
+
+// squeezed is one rune of squeeze's input that squeeze keeps, at first.
+type squeezed struct {
+	r     rune
+	start bool // a word start of the input
+	alone bool // a letter or digit with none next to it in the input ("s" in "s-k", "s k")
+	// tight and tightRight: a mark with a letter or digit right before it
+	// and right after it in the input ("s-k", not "s - k").
+	tight, tightRight bool
+	drop              bool // a separator between two single letters: dropped
+	spelled           bool // a single letter the next one is joined to
+}
+
+// squeezeStart is a word start of squeeze's input in its output.
+type squeezeStart struct {
+	at      int
+	spelled bool // its letter was joined to the next: the word was spelled out
+}
+
+// asciiLower lower-cases the ASCII letters of s and nothing else, so that
+// every byte stays where it was (strings.ToLower may change a rune's length).
+func asciiLower(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'A' && r <= 'Z' {
+			return r + 'a' - 'A'
+		}
+		return r
+	}, s)
+}
+
+// isSpelledSep reports whether r, between two single letters or digits,
+// only spells a word out ("s-k", "s.k", "s·k", "s*k").
+func isSpelledSep(r rune) bool { return strings.ContainsRune("-_.·•*|/\\,:;+~'", r) }
 
 // looksSecret screens a label, after normalise: known shapes anywhere, then
 // randomness in whole whitespace-separated tokens (an AWS secret access key
@@ -238,25 +355,36 @@ func looksSecret(l string) bool {
 }
 
 // squeezedSecret reports whether the normalised label l holds a key shape
-// once squeezed: a prefix shape or an AWS key id squeezed from a word start
-// of l, a marker anywhere, or a hex key.
+// once squeezed: a prefix shape or an AWS key id at a word start of l, a
+// marker anywhere, a hex key; or, from a word start spelled out letter by
+// letter, a key prefix without its separator ("s-k-p-r-o-j-…" is "skproj…")
+// or a run that reads as random ("s-k-A-b-3-d-E-f-…").
 func squeezedSecret(l string) bool {
-	sq := strings.ToLower(squeeze(l))
-	if squeezedMarker.MatchString(sq) {
+	sq, starts := squeeze(l)
+	low := asciiLower(sq) // the same length: starts index both
+	if squeezedMarker.MatchString(low) {
 		return true
 	}
-	for _, h := range hexKey.FindAllString(sq, -1) {
+	for _, h := range hexKey.FindAllString(low, -1) {
 		if strings.ContainsAny(h, "0123456789") && strings.ContainsAny(h, "abcdef") {
 			return true
 		}
 	}
-	for i := range len(l) {
-		if i > 0 && isAlnum(rune(l[i-1])) || !isAlnum(rune(l[i])) {
-			continue // not a word start, or not a letter or digit
-		}
-		rest := squeeze(l[i:])
-		if squeezedAWS.MatchString(rest) || squeezedPrefix.MatchString(strings.ToLower(rest)) {
+	for _, w := range starts {
+		if squeezedAWS.MatchString(sq[w.at:]) || squeezedPrefix.MatchString(low[w.at:]) {
 			return true
+		}
+		if w.spelled {
+			if spelledPrefix.MatchString(low[w.at:]) {
+				return true
+			}
+			run := sq[w.at:]
+			if end := strings.IndexFunc(run, func(r rune) bool { return !isAlnum(r) }); end >= 0 {
+				run = run[:end]
+			}
+			if looksRandom(run) {
+				return true
+			}
 		}
 	}
 	return false

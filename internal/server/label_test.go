@@ -287,30 +287,62 @@ var oracleProviders = []string{"openai", "anthropic", "google", "aws access key 
 	"azure openai key, full-width", "groq", "hugging face", "xai", "github", "gitlab"}
 
 // An independent statement of the normalisation and of the key shapes of
-// the major providers, for FuzzLabelNormalised: NFKC, dashes to '-', and
-// from every word start, whitespace out and separator runs to their first.
+// the major providers, for FuzzLabelNormalised: NFKC, the look-alike
+// letters of the shapes' own letters folded, dashes to '-'; from every word
+// start, whitespace out, separator runs to their first and a mark between
+// two single letters dropped; and a prefix without its separators at a
+// word spelled out so.
 var (
-	oracleDash   = regexp.MustCompile(`[\p{Pd}\x{2212}]`)
-	oracleSpace  = regexp.MustCompile(`\s+`)
-	oracleSepRun = regexp.MustCompile(`([-_.])[-_.]+`)
-	oracleLower  = regexp.MustCompile(`^(sk-proj-|sk-ant-|sk-|aiza[0-9a-z_-]{8}|gsk_[a-z0-9]{8}|hf_[a-z0-9]{8}|xai-[a-z0-9]{8}|ghp_[a-z0-9]{4}|glpat-)`)
-	oracleCased  = regexp.MustCompile(`^(AKIA|ASIA)[A-Z0-9]{12}`)
-	oracleAzure  = regexp.MustCompile(`[0-9a-f]{32}`)
+	oracleFold = strings.NewReplacer(
+		"ѕ", "s", "Ѕ", "S", "к", "k", "К", "K", "κ", "k", "Κ", "K", "р", "p", "Р", "P", "ρ", "p", "Ρ", "P",
+		"о", "o", "О", "O", "ο", "o", "Ο", "O", "ј", "j", "Ј", "J", "а", "a", "А", "A", "α", "a", "Α", "A",
+		"і", "i", "І", "I", "ι", "i", "Ι", "I", "һ", "h", "Н", "H", "Η", "H", "х", "x", "Х", "X", "χ", "x", "Χ", "X",
+		"ı", "i")
+	oracleDash    = regexp.MustCompile(`[\p{Pd}\x{2212}]`)
+	oracleSpace   = regexp.MustCompile(`\s+`)
+	oracleSepRun  = regexp.MustCompile(`([-_.])[-_.]+`)
+	oracleSpelled = regexp.MustCompile(`^[A-Za-z0-9][-_.·•*|/\\,:;+~'][A-Za-z0-9]($|[^A-Za-z0-9])`)
+	oracleLower   = regexp.MustCompile(`^(sk-proj-|sk-ant-|sk-|aiza[0-9a-z_-]{8}|gsk_[a-z0-9]{8}|hf_[a-z0-9]{8}|xai-[a-z0-9]{8}|ghp_[a-z0-9]{4}|glpat-)`)
+	oracleJoined  = regexp.MustCompile(`^sk(proj|ant)`)
+	oracleCased   = regexp.MustCompile(`^(AKIA|ASIA)[A-Z0-9]{12}`)
+	oracleAzure   = regexp.MustCompile(`[0-9a-f]{32}`)
+	oracleAlnum   = regexp.MustCompile(`[A-Za-z0-9]+|.`)
 )
 
+// oracleJoin drops each mark that stands right between two single letters
+// or digits ("s-k-proj" is "sk-proj", "s - k" stays).
+func oracleJoin(s string) string {
+	parts := oracleAlnum.FindAllString(s, -1)
+	alone := func(i int) bool { return i >= 0 && i < len(parts) && isAlnum(rune(parts[i][0])) && len(parts[i]) == 1 }
+	var b strings.Builder
+	for i, p := range parts {
+		if alone(i-1) && alone(i+1) && oracleSpelled.MatchString(parts[i-1]+p+parts[i+1]) {
+			continue
+		}
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
 func oracleKeyShape(label string) bool {
-	n := oracleDash.ReplaceAllString(norm.NFKC.String(label), "-")
+	n := oracleDash.ReplaceAllString(oracleFold.Replace(norm.NFKC.String(label)), "-")
+	squeeze := func(s string) string {
+		return oracleSepRun.ReplaceAllString(oracleSpace.ReplaceAllString(oracleJoin(s), ""), "$1")
+	}
 	for i := 0; i < len(n); i++ {
 		wordStart := i == 0 || !isAlnum(rune(n[i-1]))
 		if !wordStart || !isAlnum(rune(n[i])) {
 			continue
 		}
-		sq := oracleSepRun.ReplaceAllString(oracleSpace.ReplaceAllString(n[i:], ""), "$1")
+		sq := squeeze(n[i:])
 		if oracleLower.MatchString(strings.ToLower(sq)) || oracleCased.MatchString(sq) {
 			return true
 		}
+		if oracleSpelled.MatchString(n[i:]) && oracleJoined.MatchString(strings.ToLower(sq)) {
+			return true
+		}
 	}
-	sq := strings.ToLower(oracleSepRun.ReplaceAllString(oracleSpace.ReplaceAllString(n, ""), "$1"))
+	sq := strings.ToLower(squeeze(n))
 	for _, h := range oracleAzure.FindAllString(sq, -1) {
 		if strings.ContainsAny(h, "0123456789") && strings.ContainsAny(h, "abcdef") {
 			return true
@@ -333,10 +365,107 @@ func FuzzLabelNormalised(f *testing.F) {
 	for _, tt := range keyShapes {
 		f.Add(tt.key[:min(len(tt.key), MaxLabelLen)])
 	}
+	// Obfuscations of the shapes the oracle states: a look-alike letter
+	// from another script, the prefix's letters separated by punctuation.
+	for _, key := range []string{"sk-proj-abcdEFGH1234ijkl", "sk-ant-api03-Ab3dE6gH9jK2", "AKIAIOSFODNN7EXAMPLE",
+		"AIzaSyA1b2C3d4E5f6G7h8", "gsk_aB3dE6gH9jK2mN5p", "xai-aB3dE6gH9jK2mN5p"} {
+		for _, swap := range [][2]string{{"s", "ѕ"}, {"k", "κ"}, {"A", "А"}, {"K", "К"}, {"a", "α"}, {"p", "р"}} {
+			f.Add(strings.Replace(key, swap[0], swap[1], 1))
+		}
+		f.Add(key[:1] + "-" + key[1:])
+		f.Add(key[:1] + "·" + key[1:2] + "." + key[2:])
+		f.Add("prod " + strings.Join(strings.Split(key[:min(len(key), 16)], ""), "-"))
+	}
 	f.Fuzz(func(t *testing.T, label string) {
 		err := screenLabel(label)
 		if err == nil && oracleKeyShape(label) {
 			t.Fatalf("accepted %q, which holds a key shape once normalised", label)
 		}
+		if len(label) <= 4*MaxLabelLen {
+			checkSqueezeStarts(t, label)
+		}
 	})
+}
+
+// checkSqueezeStarts: squeeze's starts are the word starts of s, and the
+// squeezed text from each is what squeezing from there gives, so
+// squeezedSecret may read every word start from one pass.
+func checkSqueezeStarts(t *testing.T, s string) {
+	t.Helper()
+	out, starts := squeeze(s)
+	var want []int // the byte offsets of s's word starts
+	for i := range len(s) {
+		if isAlnum(rune(s[i])) && (i == 0 || !isAlnum(rune(s[i-1]))) {
+			want = append(want, i)
+		}
+	}
+	require.Len(t, starts, len(want), "word starts of %q", s)
+	for k, i := range want {
+		rest, _ := squeeze(s[i:])
+		require.Equal(t, rest, out[starts[k].at:], "%q squeezed from byte %d", s, i)
+	}
+}
+
+// TestSqueezeStarts: squeeze joins a spelled-out word ("s-k-proj" is
+// "sk-proj") and not words spaced around a mark ("s - k"), and reports
+// every word start where squeezing from it would begin.
+func TestSqueezeStarts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ in, out string }{
+		{"s-k-proj-abcd", "sk-proj-abcd"},
+		{"s k - proj", "sk-proj"},
+		{"s - k - proj", "s-k-proj"},
+		{"s·k.p/r", "skpr"},
+		{"s--k-proj", "s-k-proj"},
+		{"openai s k - p r o j - a b c d", "openaisk-proj-abcd"},
+		{"llama-3.1-70b", "llama-31-70b"},
+		{"gpt-4o – mini", "gpt-4o–mini"},
+		{"J. K. team", "J.K.team"},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			out, _ := squeeze(tt.in)
+			assert.Equal(t, tt.out, out)
+			checkSqueezeStarts(t, tt.in)
+		})
+	}
+	for _, tt := range loadLabelFixture(t).Refuse {
+		checkSqueezeStarts(t, tt.Label)
+	}
+}
+
+// TestConfusables: every look-alike folds to an ASCII letter, and
+// confusable's range check does not skip one; the letters of the key
+// prefixes in Cyrillic and Greek fold, Cyrillic с (read "c") does not
+// become s.
+func TestConfusables(t *testing.T) {
+	t.Parallel()
+	for from, to := range confusables {
+		assert.True(t, to >= 'a' && to <= 'z' || to >= 'A' && to <= 'Z', "%q folds to %q", from, to)
+		assert.Equal(t, to, confusable(from), "%q", from)
+		assert.Equal(t, string(from), norm.NFKC.String(string(from)), "%q is changed by NFKC before the fold sees it", from)
+	}
+	assert.Equal(t, "sk-proj AKIA", normalise("ѕк-рrој АКІА"))
+	assert.Equal(t, "skproj", normalise("ѕκрroϳ"))
+	assert.Equal(t, "ck", normalise("ск"), "Cyrillic es reads c")
+	assert.Zero(t, confusable('s'))
+	assert.Zero(t, confusable('é'))
+}
+
+// BenchmarkScreenLabel is the screen's cost per label, a clean one and
+// the slowest shapes: 64 bytes of single letters (every one a word start)
+// and of look-alikes.
+func BenchmarkScreenLabel(b *testing.B) {
+	for _, l := range []string{
+		"openai gpt-4o-mini eu prod",
+		strings.Repeat("a ", 32),
+		strings.Repeat("a-", 32),
+		strings.Repeat("ѕк", 16),
+	} {
+		b.Run(strings.ReplaceAll(l[:min(len(l), 12)], " ", "_"), func(b *testing.B) {
+			for b.Loop() {
+				_ = screenLabel(l)
+			}
+		})
+	}
 }
