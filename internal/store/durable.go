@@ -105,8 +105,21 @@ func (s *Store) wallNow() time.Time {
 // at all (one of them, after Recheck, waits again). An error means the
 // WAIT itself failed (the connection broke): whether the write is on any
 // replica is unknown.
+//
+// A call that wrote nothing never waits; while the replicas are short (a
+// WAIT came up short and none has been acknowledged since) it is answered
+// NotReplicated too: what it read may be a write a failover loses (in a
+// manual failover the demoted master serves the writes its promoted
+// replica never got until the clients move), so its answer is no firmer
+// than the writes'.
 func (s *Store) awaitReplicas(ctx context.Context, sc processor, wrote bool) (Replication, error) {
-	if s.durable.Replicas <= 0 || !wrote {
+	if s.durable.Replicas <= 0 {
+		return ReplicationNone, nil
+	}
+	if !wrote {
+		if s.shortUntil.Load() != 0 {
+			return NotReplicated, nil
+		}
 		return ReplicationNone, nil
 	}
 	conn, ok := sc.(*redis.Conn)

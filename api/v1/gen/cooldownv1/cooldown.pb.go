@@ -1802,11 +1802,13 @@ type AdmitResponse struct {
 	ThrottleProbability float64 `protobuf:"fixed64,14,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
 	// Whether what this Admit wrote (a probe lease granted or moved, a timed
 	// transition such as an open ending) reached the replicas cooldownd
-	// waits for (--wait-replicas), as ReportResponse.durability. UNSPECIFIED
-	// when it wrote nothing (a healthy admit, a plain denial): those never
-	// wait. NOT_REPLICATED: applied on the master, which had too few
-	// replicas; the decision stands, and it is neither an outage nor a
-	// reason to ask again.
+	// waits for (--wait-replicas), as ReportResponse.durability. An Admit
+	// that wrote nothing (a healthy admit, a plain denial) never waits: it
+	// is UNSPECIFIED, or NOT_REPLICATED while the master is short of
+	// replicas (what it read may be a write a failover loses).
+	// NOT_REPLICATED: applied on the master, which had too few replicas;
+	// the decision stands, and it is neither an outage nor a reason to ask
+	// again.
 	Durability    Durability `protobuf:"varint,15,opt,name=durability,proto3,enum=cooldown.v1.Durability" json:"durability,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
