@@ -30,6 +30,7 @@ type config struct {
 	logFormat        string
 	idleTTL          time.Duration
 	reportKeyTTL     time.Duration
+	coalesce         time.Duration // --coalesce-interval, 0: off
 	shutdownTimeout  time.Duration
 	history          int
 	policy           breaker.Policy
@@ -85,6 +86,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept (at least this long after its last report, up to 9/8 of it)")
 	fs.DurationVar(&c.reportKeyTTL, "report-key-ttl", store.DefaultReportKeyTTL, "how long a report's idempotency key is remembered: a client's resend within it is answered as the first send and counted once; at least the clients' report queue max age (1m by default)")
+	fs.DurationVar(&c.coalesce, "coalesce-interval", 0, "merge the success reports of healthy connections for this long per connection before they reach Redis, one report of their sum per connection and interval (decision 0051); 0: off, else in [10ms, 5s]")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.history, "history", 50, "transitions kept per connection")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 200*time.Millisecond, "bound of each Redis round trip (a request's shorter deadline wins); keep it under the clients' admit timeout (250ms)")
@@ -242,6 +244,9 @@ func (c config) validate() error {
 	}
 	if c.reportKeyTTL < time.Minute || c.reportKeyTTL > time.Hour {
 		errs = append(errs, fmt.Errorf("--report-key-ttl must be in [1m, 1h] (at least the clients' report queue max age), got %s", c.reportKeyTTL))
+	}
+	if c.coalesce != 0 && (c.coalesce < 10*time.Millisecond || c.coalesce > 5*time.Second) {
+		errs = append(errs, fmt.Errorf("--coalesce-interval must be 0 (off) or in [10ms, 5s], got %s", c.coalesce))
 	}
 	if c.history < 1 || c.history > 1000 {
 		errs = append(errs, fmt.Errorf("--history must be in [1, 1000], got %d", c.history))

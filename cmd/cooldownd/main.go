@@ -158,6 +158,7 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 	if err != nil {
 		return err
 	}
+	srv.StartCoalescing(cfg.coalesce) // --coalesce-interval, off at 0 (decision 0051)
 	rdb.AddHook(latencyHook{observe: srv.ObserveRedis})
 	// Outside the timeout, so a round trip cut off by --redis-timeout is
 	// seen as one; "slow" is half of it.
@@ -216,7 +217,13 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 	if ms != nil {
 		_ = ms.Close() // scrapes are idempotent: no draining
 	}
-	if err := hs.Shutdown(sctx); err != nil {
+	err = hs.Shutdown(sctx)
+	// Drained: no handler adds to the successes this replica holds now, so
+	// applying them loses none it acknowledged (decision 0051).
+	fctx, fcancel := context.WithTimeout(context.Background(), cfg.requestTimeout)
+	srv.StopCoalescing(fctx)
+	fcancel()
+	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
