@@ -73,6 +73,7 @@ type options struct {
 	inproc    bool
 	ratelimit string // envoyproxy/ratelimit binary, or ""
 	label     string // what the before/after row calls the measured build
+	goalProto string // the protocol the goals are checked over
 }
 
 // ratelimitEnv names the ratelimit binary when -ratelimit is not given.
@@ -100,6 +101,7 @@ func run() (int, error) {
 	fs.StringVar(&ops, "ops", "admit,report,admitreport,admit3,guard,mirror", "phases besides the floor: admit, report, admitreport, admit3, guard, mirror")
 	fs.StringVar(&o.bin, "cooldownd", "", "cooldownd binary to measure (default: go build ./cmd/cooldownd)")
 	fs.StringVar(&o.ratelimit, "ratelimit", os.Getenv(ratelimitEnv), "envoyproxy/ratelimit binary to measure beside cooldownd (default $"+ratelimitEnv+"; docs/benchmarks.md builds it)")
+	fs.StringVar(&o.goalProto, "goal-protocol", "connect", "the protocol issue 25's goals are checked over (connect: Connect proto over h2c, the Go client's)")
 	fs.StringVar(&o.label, "label", "", "the measured build's name in the before/after row (default: git's short HEAD, or the -cooldownd binary's name)")
 	fs.StringVar(&o.dir, "dir", "", "directory for logs and data (default: a temporary one, removed)")
 	fs.BoolVar(&o.cluster, "cluster", false, "3-master Redis Cluster, several replicas, many clients (docs/scaling.md)")
@@ -165,6 +167,9 @@ func run() (int, error) {
 		if _, ok := protocolByName(p); !ok {
 			return 2, fmt.Errorf("-protocols: unknown %q", p)
 		}
+	}
+	if _, ok := protocolByName(o.goalProto); !ok {
+		return 2, fmt.Errorf("-goal-protocol: unknown %q", o.goalProto)
 	}
 	o.ops = map[string]bool{}
 	for _, n := range strings.Split(ops, ",") {

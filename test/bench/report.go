@@ -221,10 +221,6 @@ type goal struct {
 	short string // the before/after row's cell
 }
 
-// goalProto is the protocol the goals are stated over: Connect proto over
-// h2c, the Go client's.
-const goalProto = "connect"
-
 // goalConcs are the concurrencies the goals are checked at: 16 and 64
 // where the run has them, else every one it has.
 func (m *measurer) goalConcs() []int {
@@ -252,13 +248,13 @@ func (m *measurer) goals(haveRL bool) []goal {
 	}
 	var gs []goal
 	for _, c := range m.goalConcs() {
-		admit, report := phaseKey{c, goalProto, opAdmit}, phaseKey{c, goalProto, opReport}
+		admit, report := phaseKey{c, m.o.goalProto, opAdmit}, phaseKey{c, m.o.goalProto, opReport}
 		for _, g := range []struct {
 			k    phaseKey
 			ref  string
 			name string
 		}{{admit, opNoopAdmit, "server CPU per Admit ≤ 1.2× the no-op's"}, {report, opNoopReport, "server CPU per Report ≤ 1.2× the no-op's"}} {
-			f := m.cpuRatio(g.k, []phaseKey{{c, goalProto, g.ref}})
+			f := m.cpuRatio(g.k, []phaseKey{{c, m.o.goalProto, g.ref}})
 			gs = append(gs, goal{fmt.Sprintf("c=%d %s", c, g.name), f.times(), verdict(f.v <= 1.2, f.ok), f.format("%.2f")})
 		}
 		for _, g := range []struct {
@@ -287,7 +283,7 @@ func (m *measurer) goals(haveRL bool) []goal {
 // printGoals writes the summary block and the before/after row.
 func (m *measurer) printGoals(w io.Writer, haveRL bool) {
 	gs := m.goals(haveRL)
-	fmt.Fprintf(w, "Summary: issue 25's goals, %s over h2c (%s), load average %s at the start, %s at the end:\n", goalProto, m.o.label, loadAtStart, loadAvg1())
+	fmt.Fprintf(w, "Summary: issue 25's goals, over %s (%s), load average %s at the start, %s at the end:\n", m.o.goalProto, m.o.label, loadAtStart, loadAvg1())
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	met := 0
 	for _, g := range gs {

@@ -95,7 +95,7 @@ func TestGoals(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m := &measurer{o: options{conc: []int{16}, label: "test"}, results: map[phaseKey][]measured{}}
+			m := &measurer{o: options{conc: []int{16}, label: "test", goalProto: "connect"}, results: map[phaseKey][]measured{}}
 			add := func(k phaseKey, r measured) {
 				if _, ok := m.results[k]; !ok {
 					m.order = append(m.order, k)

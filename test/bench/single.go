@@ -241,8 +241,9 @@ func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 	for round := range o.runs {
 		for _, c := range o.conc {
 			// One round at c: the floor, then per protocol its no-op
-			// references beside cooldownd's phases, then ratelimit and the
-			// guard; every ratio compares phases of the same round and c.
+			// references beside cooldownd's phases (ratelimit after the
+			// goals' Admit), then the guard; every ratio compares phases of
+			// the same round and c.
 			steps := []step{{phaseKey{c, "redis", opFloor}, floorOp(rdb, sha), 0}}
 			for i, p := range o.protos {
 				n, nr, ops := nopSv.ops[p], nopRedisSv.ops[p], cd.ops[p]
@@ -261,9 +262,14 @@ func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 						continue
 					}
 					steps = append(steps, step{phaseKey{c, p, ph.name}, ph.f, rep.pid})
+					// ratelimit right after the Admit the goals hold to it,
+					// so the two rates are measured seconds apart.
+					if ph.id == "admit" && p == o.goalProto && rlOp != nil {
+						steps = append(steps, step{phaseKey{c, "grpc", opRatelimit}, rlOp, rl.pid})
+					}
 				}
 			}
-			if rlOp != nil {
+			if rlOp != nil && !slices.Contains(o.protos, o.goalProto) {
 				steps = append(steps, step{phaseKey{c, "grpc", opRatelimit}, rlOp, rl.pid})
 			}
 			if o.ops["guard"] {
