@@ -158,7 +158,12 @@ func (c *cluster) up() error {
 		if err := proctest.WaitFor(context.Background(), p, 10*time.Second, func() bool { return proctest.Accepts(c.sentinel.addr()) }); err != nil {
 			return err
 		}
-		time.Sleep(time.Second) // the sentinel learns the replica
+		// Sentinel learns the replicas from the master's INFO, every 10 s:
+		// one that synced after its first look is unknown to it until the
+		// next, and a failover then would leave it on the old master.
+		if err := c.sentinelKnowsReplicas(20 * time.Second); err != nil {
+			return err
+		}
 		redisArgs = []string{"--redis-mode", "sentinel", "--redis-addrs", c.sentinel.addr(), "--redis-master-name", "chaos", "--wait-replicas", "2"}
 	} else {
 		pr, err := startProxy(c.redis.addr())
@@ -367,6 +372,12 @@ func (c *cluster) faults() []fault {
 		)
 	} else {
 		fs = append(fs, fault{name: "sentinel failover", hold: 3 * time.Second, on: func() {
+			// A failover of a master with two replicas, both known to
+			// Sentinel and in sync (the old master rejoins as a replica
+			// about 10 s after a failover).
+			if err := c.sentinelKnowsReplicas(20 * time.Second); err != nil {
+				c.logf("  %v", err)
+			}
 			c.mu.Lock()
 			c.failover = append(c.failover, time.Now())
 			c.mu.Unlock()
@@ -389,6 +400,32 @@ func (c *cluster) faults() []fault {
 		fs = append(fs, fault{name: "second sentinel failover", hold: 3 * time.Second, on: fs[0].on, off: func() {}})
 	}
 	return fs
+}
+
+// sentinelKnowsReplicas waits until Sentinel lists both replicas as
+// healthy replicas with their link to the master up.
+func (c *cluster) sentinelKnowsReplicas(bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		out, err := exec.Command("redis-cli", "-p", strconv.Itoa(c.sentinel.port), "SENTINEL", "REPLICAS", "chaos").Output()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		healthy, linked := 0, 0
+		for i := 0; i+1 < len(lines); i++ {
+			switch k, v := strings.TrimSpace(lines[i]), strings.TrimSpace(lines[i+1]); {
+			case k == "flags" && v == "slave":
+				healthy++
+			case k == "master-link-status" && v == "ok":
+				linked++
+			}
+		}
+		if err == nil && healthy >= 2 && linked >= 2 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sentinel lists %d healthy replicas (%d linked) after %v, want 2: %v", healthy, linked, bound, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // killProbeHolder SIGKILLs the first worker that says it holds a probe.
