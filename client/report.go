@@ -63,16 +63,12 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		}
 		return c.local.report(c.now(), a, cl, false).open, nil
 	}
-	if c.mirror != nil && c.mirror.batching() && cl.Outcome == OutcomeSuccess && cl.Proactive <= 0 {
+	if c.mirror != nil && c.mirror.batching() && cl.Outcome == OutcomeSuccess && cl.Proactive <= 0 && a.LeaseToken == "" {
 		// With the mirror, a success never waits on cooldownd: counted
 		// for the next batch (no request is built: the healthy path's
-		// cost), or (a probe's, which releases the fleet) sent at once in
-		// the background.
-		if a.LeaseToken == "" {
-			c.mirror.add(a.Conn, a.Revision, a.Retry)
-		} else {
-			c.enqueue(c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl), 0)
-		}
+		// cost). A probe's, which releases the fleet, is reported as
+		// without the mirror: cooldownd has it when Report returns.
+		c.mirror.add(a.Conn, a.Revision, a.Retry)
 		return false, nil
 	}
 	req := c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl)
