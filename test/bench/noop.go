@@ -25,8 +25,9 @@ import (
 // handler that does no work, over the http.Server settings cmd/cooldownd
 // uses (HTTP/1.1 and h2c on one port, the same timeouts and header limit)
 // and the handler options internal/server uses (read limit, compression
-// threshold). Admit answers a fixed ALLOW and Report a fixed accepted
-// CLOSED, the shapes of a healthy connection's answers. With -noop-redis
+// threshold). Admit answers a fixed ALLOW (with its one candidate's
+// decision) and Report a fixed accepted CLOSED, the shapes of a healthy
+// connection's answers. With -noop-redis
 // each of the two first runs one EVALSHA of `return 1` through go-redis
 // (the default pool, as cooldownd's): the floor of any Redis-backed
 // handler. It runs in a process of its own so that its CPU per op is
@@ -53,8 +54,11 @@ func (s *noopService) Admit(ctx context.Context, _ *connect.Request[cooldownv1.A
 	if err := s.redis(ctx); err != nil {
 		return nil, err
 	}
+	// A healthy one-candidate Admit's answer (internal/server's admitProto):
+	// the decision, and the examined candidate's.
 	return connect.NewResponse(&cooldownv1.AdmitResponse{Decision: cooldownv1.Decision_DECISION_ALLOW, Revision: 1,
-		State: cooldownv1.State_STATE_CLOSED, ServerTime: timestamppb.Now()}), nil
+		State: cooldownv1.State_STATE_CLOSED, ServerTime: timestamppb.Now(),
+		Candidates: []*cooldownv1.CandidateDecision{{Decision: cooldownv1.Decision_DECISION_ALLOW, State: cooldownv1.State_STATE_CLOSED, Revision: 1}}}), nil
 }
 
 func (s *noopService) Report(ctx context.Context, _ *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error) {
