@@ -269,7 +269,9 @@ func TestTransportProtocols(t *testing.T) {
 		h2c       bool
 		wantProto string
 	}{
-		{name: "h2c server", h2c: true, wantProto: "HTTP/2.0"},
+		// Unary calls go over HTTP/1.1 even to an h2c server
+		// (docs/decisions/0052-unary-calls-over-http1.md).
+		{name: "h2c server", h2c: true, wantProto: "HTTP/1.1"},
 		{name: "HTTP/1.1-only server", h2c: false, wantProto: "HTTP/1.1"},
 	}
 	for _, tt := range tests {

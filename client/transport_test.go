@@ -106,8 +106,9 @@ func TestHTTP1OnlyRefusalIsNotAnOutage(t *testing.T) {
 	}
 }
 
-// TestH2CServerNotReplayed: against a server that speaks h2c, the protocol
-// is settled by the first answer and no request is ever sent twice.
+// TestH2CServerNotReplayed: against a server that speaks h2c, no request
+// is ever sent twice; unary calls go over HTTP/1.1
+// (docs/decisions/0052-unary-calls-over-http1.md).
 func TestH2CServerNotReplayed(t *testing.T) {
 	t.Parallel()
 	cd := startCooldownd(t, fastPolicy())
@@ -126,5 +127,5 @@ func TestH2CServerNotReplayed(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Equal(t, map[string]int{"HTTP/2.0": 5}, protos)
+	assert.Equal(t, map[string]int{"HTTP/1.1": 5}, protos)
 }
