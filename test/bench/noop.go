@@ -22,8 +22,9 @@ import (
 
 // The no-op reference is this binary run as `bench -noop-server ADDR`
 // [-noop-redis REDIS]: cooldownd's own CooldownService served by a Connect
-// handler that does no work, over the http.Server settings cmd/cooldownd
-// uses (HTTP/1.1 and h2c on one port, the same timeouts and header limit)
+// handler that does no work, over the http.Server cmd/cooldownd uses
+// (server.NewHTTPServer: HTTP/1.1 and h2c on one port, the same timeouts
+// and header limit)
 // and the handler options internal/server uses (read limit, compression
 // threshold). Admit answers a fixed ALLOW (with its one candidate's
 // decision) and Report a fixed accepted CLOSED, the shapes of a healthy
@@ -89,12 +90,7 @@ func runNoop(addr, redisAddr string) error {
 		return err
 	}
 	// cmd/cooldownd's http.Server without TLS, --read-timeout at its default.
-	protocols := new(http.Protocols)
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	hs := &http.Server{Handler: mux, Protocols: protocols, ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
-	return hs.Serve(ln)
+	return server.NewHTTPServer(mux, server.HTTPOptions{ReadHeaderTimeout: 5 * time.Second}).Serve(ln)
 }
 
 // startNoop starts this binary as a no-op server (with redisAddr: the
