@@ -33,7 +33,7 @@ do
         FIELD.revision, FIELD.open_until, FIELD.cause))
     end
     phase, ou = tonumber(phase), tonumber(ou) or 0
-    if tonumber(ov) ~= OVERRIDE.NONE or not (phase == PHASE.CLOSED or (phase == PHASE.OPEN and now < ou)) then break end
+    if (tonumber(ov) or 0) ~= OVERRIDE.NONE or not (phase == PHASE.CLOSED or (phase == PHASE.OPEN and now < ou)) then break end
     if phase == PHASE.OPEN and shadow == '1' then break end
     if phase == PHASE.CLOSED and throttle then
       -- prelude/fleet.lua's throttle_prob above 0, i.e. requests >

@@ -69,45 +69,70 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
   -- attempt while the retry budget is on, a request and an accept while the
   -- throttle is.
   local firsts, throttle = budget_bp ~= '0' and ARGV[16] ~= '1', throttle_k ~= '0'
+  local fleet = firsts or throttle
+  -- A field at its default (0, '') is not stored (prelude/state.lua's
+  -- save): a missing one reads as false here. The fleet counts are read
+  -- only for the rules that are on; the others' current counts only when
+  -- the window rotates.
   local phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
     window_start, cur_calls, expires_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
     cur_accepts
-  if firsts or throttle then
+  if throttle then
     phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
       window_start, cur_calls, expires_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
       cur_accepts = unpack(redis.call('HMGET', S, FIELD.phase, FIELD.override, FIELD.revision, FIELD.successes,
         FIELD.consecutive, FIELD.last_status, FIELD.last_outcome, FIELD.last_error, FIELD.label,
         FIELD.window_start, FIELD.cur_calls, FIELD.expires_at, FIELD.fleet_start, FIELD.cur_firsts,
         FIELD.prev_requests, FIELD.cur_requests, FIELD.prev_accepts, FIELD.cur_accepts))
+  elseif fleet then
+    phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
+      window_start, cur_calls, expires_at, fleet_start, cur_firsts = unpack(redis.call('HMGET', S, FIELD.phase,
+        FIELD.override, FIELD.revision, FIELD.successes, FIELD.consecutive, FIELD.last_status,
+        FIELD.last_outcome, FIELD.last_error, FIELD.label, FIELD.window_start, FIELD.cur_calls,
+        FIELD.expires_at, FIELD.fleet_start, FIELD.cur_firsts))
   else
     phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
       window_start, cur_calls, expires_at = unpack(redis.call('HMGET', S, FIELD.phase, FIELD.override,
         FIELD.revision, FIELD.successes, FIELD.consecutive, FIELD.last_status, FIELD.last_outcome,
         FIELD.last_error, FIELD.label, FIELD.window_start, FIELD.cur_calls, FIELD.expires_at))
   end
+  revision = revision or '0'
   -- The stored strings are compared as strings: a phase of '1' is closed.
-  if phase == '' .. PHASE.CLOSED and override == '' .. OVERRIDE.NONE and revision == ARGV[5] then
+  if phase == '' .. PHASE.CLOSED and (override or '0') == '' .. OVERRIDE.NONE and revision == ARGV[5] then
     local batch = tonumber(ARGV[15]) or 1
     if batch < 1 then batch = 1 end
-    local w, n = {FIELD.updated_at, string.format('%d', now)}, 2
+    -- w is the HSET's field, value pairs, d the fields that go back to
+    -- their default (HDEL).
+    local w, n, d, nd = {FIELD.updated_at, string.format('%d', now)}, 2, {}, 0
     local sc = tonumber(successes) or 0
     if sc < LIMIT.MAX_COUNT then
       n = n + 2
       w[n - 1], w[n] = FIELD.successes, string.format('%d', math.min(sc + batch, LIMIT.MAX_COUNT))
     end
-    if consecutive ~= '0' then
-      n = n + 2
-      w[n - 1], w[n] = FIELD.consecutive, '0'
+    if consecutive then
+      nd = nd + 1
+      d[nd] = FIELD.consecutive
     end
-    if last_status ~= ARGV[9] then
+    local ls = string.format('%d', tonumber(ARGV[9]))
+    if ls == '0' then
+      if last_status then
+        nd = nd + 1
+        d[nd] = FIELD.last_status
+      end
+    elseif last_status ~= ls then
       n = n + 2
-      w[n - 1], w[n] = FIELD.last_status, string.format('%d', tonumber(ARGV[9]))
+      w[n - 1], w[n] = FIELD.last_status, ls
     end
     if last_outcome ~= '' .. OUTCOME.SUCCESS then
       n = n + 2
       w[n - 1], w[n] = FIELD.last_outcome, '' .. OUTCOME.SUCCESS
     end
-    if (last_error or '') ~= ARGV[10] then
+    if ARGV[10] == '' then
+      if last_error then
+        nd = nd + 1
+        d[nd] = FIELD.last_error
+      end
+    elseif last_error ~= ARGV[10] then
       n = n + 2
       w[n - 1], w[n] = FIELD.last_error, ARGV[10]
     end
@@ -122,12 +147,25 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
       local start = now - now % window
       local ws, cc = tonumber(window_start) or 0, tonumber(cur_calls) or 0
       if ws ~= start then
-        local pc, pf = '0', '0'
-        if ws == start - window then pc, pf = cur_calls or '0', redis.call('HGET', S, FIELD.cur_fails) or '0' end
-        w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6], w[n + 7], w[n + 8] =
-          FIELD.window_start, string.format('%d', start), FIELD.prev_calls, pc, FIELD.prev_fails, pf,
-          FIELD.cur_fails, '0'
-        n = n + 8
+        n = n + 2
+        w[n - 1], w[n] = FIELD.window_start, string.format('%d', start)
+        local pc, pf = false, false
+        if ws == start - window then pc, pf = cur_calls, redis.call('HGET', S, FIELD.cur_fails) end
+        -- The previous window's counts, each set or deleted at 0; the
+        -- current failures start at 0 (deleted).
+        local rot = {FIELD.prev_calls, pc, FIELD.prev_fails, pf}
+        for i = 1, 3, 2 do
+          local x = rot[i + 1]
+          if x and x ~= '0' then
+            n = n + 2
+            w[n - 1], w[n] = rot[i], x
+          else
+            nd = nd + 1
+            d[nd] = rot[i]
+          end
+        end
+        nd = nd + 1
+        d[nd] = FIELD.cur_fails
         cc = 0
       end
       if cc < LIMIT.MAX_COUNT then
@@ -136,9 +174,9 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
       end
     end
     local prob = '0'
-    if firsts or throttle then
-      -- Rotate the fleet window first (its retries are read only then),
-      -- then count.
+    if fleet then
+      -- Rotate the fleet window first (the counts of the rules that are off
+      -- and the retries are read only then), then count.
       local fw = tonumber(fleet_window)
       local start = now - now % fw
       local fs = tonumber(fleet_start) or 0
@@ -147,19 +185,32 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
       if fs ~= start then
         local pf, pr = 0, 0
         if fs == start - fw then
-          pf, pr, pq, pa = cf, tonumber(redis.call('HGET', S, FIELD.cur_retries)) or 0, cq, ca
+          local fcr, fcq, fca = unpack(redis.call('HMGET', S, FIELD.cur_retries, FIELD.cur_requests,
+            FIELD.cur_accepts))
+          if not throttle then cq, ca = tonumber(fcq) or 0, tonumber(fca) or 0 end
+          pf, pr, pq, pa = cf, tonumber(fcr) or 0, cq, ca
         else
           pq, pa = 0, 0
         end
         cf, cq, ca = 0, 0, 0
-        w[n + 1], w[n + 2], w[n + 3], w[n + 4], w[n + 5], w[n + 6], w[n + 7], w[n + 8] =
-          FIELD.fleet_start, string.format('%d', start), FIELD.prev_firsts, string.format('%d', pf),
-          FIELD.prev_retries, string.format('%d', pr), FIELD.prev_requests, string.format('%d', pq)
-        w[n + 9], w[n + 10], w[n + 11], w[n + 12], w[n + 13], w[n + 14], w[n + 15], w[n + 16] =
-          FIELD.prev_accepts, string.format('%d', pa), FIELD.cur_retries, '0', FIELD.cur_firsts, '0',
-          FIELD.cur_requests, '0'
-        w[n + 17], w[n + 18] = FIELD.cur_accepts, '0'
-        n = n + 18
+        -- The fleet window's fields as they are after the rotation: each
+        -- set, or deleted at 0 (a current count counted below is set).
+        local rot = {FIELD.fleet_start, start, FIELD.prev_firsts, pf, FIELD.prev_retries, pr,
+          FIELD.prev_requests, pq, FIELD.prev_accepts, pa}
+        for i = 1, 10, 2 do
+          if rot[i + 1] == 0 then
+            nd = nd + 1
+            d[nd] = rot[i]
+          else
+            n = n + 2
+            w[n - 1], w[n] = rot[i], string.format('%d', rot[i + 1])
+          end
+        end
+        d[nd + 1], nd = FIELD.cur_retries, nd + 1
+        if not firsts then d[nd + 1], nd = FIELD.cur_firsts, nd + 1 end
+        if not throttle then
+          d[nd + 1], d[nd + 2], nd = FIELD.cur_requests, FIELD.cur_accepts, nd + 2
+        end
       end
       if firsts and cf < LIMIT.MAX_COUNT then
         cf = math.min(cf + batch, LIMIT.MAX_COUNT)
@@ -209,7 +260,9 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
       redis.call('PEXPIRE', S, ttl)
       redis.call('PEXPIRE', KEYS[2], ttl)
     end
+    -- The HSET first: the phase stays, so the hash is never left empty.
     redis.call('HSET', S, unpack(w))
+    if nd > 0 then redis.call('HDEL', S, unpack(d)) end
     return out
   end
 end

@@ -82,17 +82,28 @@ local function keep(s)
 end
 
 -- save writes the fields that changed since load (and FIELD.expires_at) in
--- one HSET, then sets the keys' time to live.
+-- one HSET, then sets the keys' time to live. A field whose value is its
+-- default (0, or '' for text; load reads a missing field as that) is not
+-- stored: one that was is deleted (docs/keys.md, decision 0053). The phase
+-- is always stored, so a saved state is never an empty hash.
 local function save(s)
-  local args, raw, n = {}, s.raw or {}, 0
+  local args, del, raw, n, d = {}, {}, s.raw or {}, 0, 0
   for i = 1, NFIELDS do
     local f = STATE_FIELDS[i]
     local x = s[f]
     if not TEXT_FIELDS[f] then x = string.format('%d', x) end
     if x ~= raw[i] then
-      args[n + 1], args[n + 2] = HASH_FIELDS[i], x
-      n = n + 2
-      raw[i] = x
+      if (x == '0' or x == '') and f ~= 'phase' then
+        if raw[i] then
+          d = d + 1
+          del[d] = HASH_FIELDS[i]
+        end
+        raw[i] = false
+      else
+        args[n + 1], args[n + 2] = HASH_FIELDS[i], x
+        n = n + 2
+        raw[i] = x
+      end
     end
   end
   local e = expiry(s)
@@ -102,6 +113,7 @@ local function save(s)
     s.xp = e
   end
   if n > 0 then redis.call('HSET', S, unpack(args)) end
+  if d > 0 then redis.call('HDEL', S, unpack(del)) end
   keep(s)
 end
 
