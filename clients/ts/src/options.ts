@@ -34,7 +34,7 @@ export interface ClientOptions {
   token?: string;
   /** Wire protocol: "connect" (default), "grpc" (HTTP/2) or "grpc-web". */
   protocol?: "connect" | "grpc" | "grpc-web";
-  /** HTTP version for connect and grpc-web: "2" (default; h2c for http://) or "1.1". */
+  /** HTTP version of every call for connect and grpc-web, "2" or "1.1". Unset (default): unary calls over HTTP/1.1 with keep-alive and streams over h2c for http://, HTTP/2 for https:// (httpPlan in transport.ts, decision 0052). */
   httpVersion?: "1.1" | "2";
   /** Bound of each call to cooldownd over all endpoints, ms (250). */
   admitTimeoutMs?: number;

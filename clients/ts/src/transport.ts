@@ -2,6 +2,9 @@
 // transports, the sorting of an RPC's error, and one call over all of them
 // within the admit timeout, moving on from one that does not answer.
 
+import * as http from "node:http";
+import * as https from "node:https";
+
 import { Code, ConnectError, createClient, type Client as RpcClient, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 
@@ -121,24 +124,62 @@ export class Endpoints {
   }
 }
 
+/** The HTTP versions an endpoint's unary calls and streams go over. */
+export interface HttpPlan {
+  unary: "1.1" | "2";
+  stream: "1.1" | "2";
+}
+
+/**
+ * The HTTP versions of an endpoint's calls, as the Go client's
+ * (client/transport.go). By default (connect or grpc-web, no httpVersion),
+ * to an http:// endpoint, unary calls go over HTTP/1.1 with keep-alive,
+ * from a pool of up to unaryConnsPerHost sockets, and streams (the
+ * mirror's watch) over h2c: a unary call over HTTP/1.1 costs cooldownd
+ * about a third less CPU than over h2c
+ * (docs/decisions/0052-unary-calls-over-http1.md). An https:// endpoint
+ * keeps HTTP/2 for both (one TLS session, not one handshake per pooled
+ * socket); gRPC needs HTTP/2; an explicit httpVersion puts every call on
+ * that version.
+ */
+export function httpPlan(url: string, opts: Pick<ClientOptions, "protocol" | "httpVersion">): HttpPlan {
+  if ((opts.protocol ?? "connect") === "grpc") return { unary: "2", stream: "2" };
+  if (opts.httpVersion) return { unary: opts.httpVersion, stream: opts.httpVersion };
+  if (url.startsWith("https:")) return { unary: "2", stream: "2" };
+  return { unary: "1.1", stream: "2" };
+}
+
+/** The HTTP/1.1 sockets one endpoint's unary pool keeps open (and idle), as the Go client's. */
+export const unaryConnsPerHost = 64;
+
 function endpoint(url: string, opts: ClientOptions, interceptors: Interceptor[]): Endpoint {
-  let transport: Transport;
-  let close = () => {};
   if (opts.transport) {
-    transport = opts.transport(url, interceptors);
-  } else {
-    const protocol = opts.protocol ?? "connect";
-    const h2 = protocol === "grpc" || (opts.httpVersion ?? "2") === "2";
-    if (h2) {
-      const sm = new Http2SessionManager(url, { pingIntervalMs: 15_000, pingTimeoutMs: 5_000, idleConnectionTimeoutMs: 60_000 });
-      close = () => sm.abort();
-      const o = { baseUrl: url, httpVersion: "2" as const, sessionManager: sm, interceptors };
-      transport = protocol === "grpc" ? createGrpcTransport(o)
-        : protocol === "grpc-web" ? createGrpcWebTransport(o) : createConnectTransport(o);
-    } else {
-      const o = { baseUrl: url, httpVersion: "1.1" as const, interceptors };
-      transport = protocol === "grpc-web" ? createGrpcWebTransport(o) : createConnectTransport(o);
-    }
+    return { url, rpc: createClient(CooldownService, opts.transport(url, interceptors)), close: () => {} };
   }
-  return { url, rpc: createClient(CooldownService, transport), close };
+  const protocol = opts.protocol ?? "connect";
+  const plan = httpPlan(url, opts);
+  const closers: Array<() => void> = [];
+  const make = (version: "1.1" | "2"): Transport => {
+    if (version === "2") {
+      const sm = new Http2SessionManager(url, { pingIntervalMs: 15_000, pingTimeoutMs: 5_000, idleConnectionTimeoutMs: 60_000 });
+      closers.push(() => sm.abort());
+      const o = { baseUrl: url, httpVersion: "2" as const, sessionManager: sm, interceptors };
+      return protocol === "grpc" ? createGrpcTransport(o)
+        : protocol === "grpc-web" ? createGrpcWebTransport(o) : createConnectTransport(o);
+    }
+    const agentOpts = { keepAlive: true, maxSockets: unaryConnsPerHost, maxFreeSockets: unaryConnsPerHost };
+    const agent = url.startsWith("https:") ? new https.Agent(agentOpts) : new http.Agent(agentOpts);
+    closers.push(() => agent.destroy());
+    const o = { baseUrl: url, httpVersion: "1.1" as const, interceptors, nodeOptions: { agent } };
+    return protocol === "grpc-web" ? createGrpcWebTransport(o) : createConnectTransport(o);
+  };
+  const unary = make(plan.unary);
+  const stream = plan.stream === plan.unary ? unary : make(plan.stream);
+  // Unary calls on one transport, streams on the other (the mirror's watch
+  // opens its HTTP/2 session only when it starts).
+  const transport: Transport = stream === unary ? unary : {
+    unary: unary.unary.bind(unary),
+    stream: stream.stream.bind(stream),
+  };
+  return { url, rpc: createClient(CooldownService, transport), close: () => { for (const c of closers) c(); } };
 }
