@@ -86,7 +86,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept (at least this long after its last report, up to 9/8 of it)")
 	fs.DurationVar(&c.reportKeyTTL, "report-key-ttl", store.DefaultReportKeyTTL, "how long a report's idempotency key is remembered: a client's resend within it is answered as the first send and counted once; at least the clients' report queue max age (1m by default)")
-	fs.DurationVar(&c.coalesce, "coalesce-interval", 0, "merge the success reports of healthy connections for this long per connection before they reach Redis, one report of their sum per connection and interval (decision 0051); 0: off, else in [10ms, 5s]")
+	fs.DurationVar(&c.coalesce, "coalesce-interval", 0, "merge the success reports of healthy connections for this long per connection before they reach Redis, one report of their sum per connection and interval (decision 0054); 0: off, else in [10ms, 5s]")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.history, "history", 50, "transitions kept per connection")
 	fs.DurationVar(&c.redisTimeout, "redis-timeout", 200*time.Millisecond, "bound of each Redis round trip (a request's shorter deadline wins); keep it under the clients' admit timeout (250ms)")
@@ -95,7 +95,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.streamTimeout, "stream-write-timeout", 30*time.Second, "a watch stream whose client does not take a write within this is ended")
 	fs.DurationVar(&c.readyTimeout, "readiness-timeout", time.Second, "/healthz and grpc health answer within this; keep it under the probes' timeoutSeconds")
 	c.waitReplicas = waitReplicasAuto
-	fs.Var(waitReplicasFlag{&c.waitReplicas}, "wait-replicas", "answer a report that makes a transition only once this many replicas have it (WAIT), else NOT_REPLICATED; 0: asynchronous replication; auto: 1 with Sentinel, Cluster or a single Redis that has a replica, else 0 (see docs/reliability.md)")
+	fs.Var(waitReplicasFlag{&c.waitReplicas}, "wait-replicas", "answer a report that makes a transition only once this many replicas have it (WAIT), else NOT_REPLICATED; 0: asynchronous replication; auto: every replica the master has at startup with Sentinel (at least 1) or a single Redis, 1 with Cluster, 0 on the embedded Redis (decision 0054, docs/reliability.md)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", store.DefaultReplicaTimeout, "with --wait-replicas: how long such a report waits before it is answered NOT_REPLICATED")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own instead of --addr (for example :9090, reachable by Prometheus only)")
 	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the bearer token /metrics requires (it lists tenant names); empty: /metrics is open")

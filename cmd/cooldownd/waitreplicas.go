@@ -39,11 +39,14 @@ func (f waitReplicasFlag) Set(s string) error {
 }
 
 // resolveWaitReplicas is how many replicas a transition waits for. An
-// explicit count is kept. auto: none on the embedded Redis; one with
-// Sentinel or Cluster (replicas are what they are for); on a single Redis
-// one when its master reports a connected replica at startup, else none
-// (a standalone without replicas would answer every transition
-// NOT_REPLICATED).
+// explicit count is kept. auto (decision 0054): none on the embedded
+// Redis; one with Cluster (its manual failover hands over in step, and an
+// automatic one elects the replica with the most data); with Sentinel and
+// on a single Redis every replica its master reports at startup (at least
+// one with Sentinel): in a manual Sentinel failover the demoted master
+// keeps its other replicas until Sentinel repoints them, so a write one of
+// them acknowledged may be lost; a single Redis without replicas waits for
+// none (it would answer every transition NOT_REPLICATED).
 func resolveWaitReplicas(ctx context.Context, cfg config, rdb redis.UniversalClient, log *slog.Logger) int {
 	if cfg.waitReplicas != waitReplicasAuto {
 		return cfg.waitReplicas
@@ -51,17 +54,18 @@ func resolveWaitReplicas(ctx context.Context, cfg config, rdb redis.UniversalCli
 	n := 0
 	switch {
 	case cfg.redis.embedded():
-	case cfg.redis.mode == "sentinel" || cfg.redis.mode == "cluster":
+	case cfg.redis.mode == "cluster":
 		n = 1
 	default:
+		if cfg.redis.mode == "sentinel" {
+			n = 1 // at least: a Sentinel master has replicas
+		}
 		info, err := rdb.Info(ctx, "replication").Result()
 		if err != nil {
-			log.Warn("--wait-replicas auto: INFO replication failed; transitions do not wait for replicas", "err", err)
-			return 0
+			log.Warn("--wait-replicas auto: INFO replication failed", "err", err, "replicas", n)
+			return n
 		}
-		if connectedReplicas(info) > 0 {
-			n = 1
-		}
+		n = min(max(n, connectedReplicas(info)), 16)
 	}
 	log.Info("--wait-replicas auto", "replicas", n)
 	return n
