@@ -95,7 +95,7 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.streamTimeout, "stream-write-timeout", 30*time.Second, "a watch stream whose client does not take a write within this is ended")
 	fs.DurationVar(&c.readyTimeout, "readiness-timeout", time.Second, "/healthz and grpc health answer within this; keep it under the probes' timeoutSeconds")
 	c.waitReplicas = waitReplicasAuto
-	fs.Var(waitReplicasFlag{&c.waitReplicas}, "wait-replicas", "answer a report that makes a transition only once this many replicas have it (WAIT), else NOT_REPLICATED; 0: asynchronous replication; auto: every replica the master has at startup with Sentinel (at least 1) or a single Redis, 1 with Cluster, 0 on the embedded Redis (decision 0054, docs/reliability.md)")
+	fs.Var(waitReplicasFlag{&c.waitReplicas}, "wait-replicas", "answer a report that makes a transition only once this many replicas have it (WAIT), else NOT_REPLICATED; 0: asynchronous replication; auto: every replica the master has at startup with Sentinel (at least 1) or a single Redis, 1 with Cluster, 0 on the embedded Redis (decision 0055, docs/reliability.md)")
 	fs.DurationVar(&c.waitTimeout, "wait-timeout", store.DefaultReplicaTimeout, "with --wait-replicas: how long such a report waits before it is answered NOT_REPLICATED")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", "serve /metrics on this address of its own instead of --addr (for example :9090, reachable by Prometheus only)")
 	fs.StringVar(&c.metricsTokenFile, "metrics-token-file", "", "file holding the bearer token /metrics requires (it lists tenant names); empty: /metrics is open")

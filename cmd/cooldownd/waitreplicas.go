@@ -39,7 +39,7 @@ func (f waitReplicasFlag) Set(s string) error {
 }
 
 // resolveWaitReplicas is how many replicas a transition waits for. An
-// explicit count is kept. auto (decision 0054): none on the embedded
+// explicit count is kept. auto (decision 0055): none on the embedded
 // Redis; one with Cluster (its manual failover hands over in step, and an
 // automatic one elects the replica with the most data); with Sentinel and
 // on a single Redis every replica its master reports at startup (at least

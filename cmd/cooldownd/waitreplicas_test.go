@@ -16,11 +16,11 @@ import (
 	"github.com/cooldownd/cooldownd/internal/redistest"
 )
 
-// TestWaitReplicasAuto (issue 28 point 1, decision 0054): --wait-replicas
+// TestWaitReplicasAuto (issue 28 point 1, decision 0055): --wait-replicas
 // defaults to auto, which waits for every replica the master reports at
 // startup with Sentinel (at least one) and on a single Redis, for one on a
 // Cluster, and for none on the embedded Redis or a single one without; an
-// explicit count is kept. (Before decision 0054 auto was 1 with Sentinel
+// explicit count is kept. (Before decision 0055 auto was 1 with Sentinel
 // whatever its replicas: a manual failover lost writes the demoted
 // master's other replica had acknowledged.)
 func TestWaitReplicasAuto(t *testing.T) {
