@@ -158,7 +158,7 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 	if err != nil {
 		return err
 	}
-	srv.StartCoalescing(cfg.coalesce) // --coalesce-interval, off at 0 (decision 0051)
+	srv.StartCoalescing(cfg.coalesce) // --coalesce-interval, off at 0 (decision 0054)
 	rdb.AddHook(latencyHook{observe: srv.ObserveRedis})
 	// Outside the timeout, so a round trip cut off by --redis-timeout is
 	// seen as one; "slow" is half of it.
@@ -219,7 +219,7 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 	}
 	err = hs.Shutdown(sctx)
 	// Drained: no handler adds to the successes this replica holds now, so
-	// applying them loses none it acknowledged (decision 0051).
+	// applying them loses none it acknowledged (decision 0054).
 	fctx, fcancel := context.WithTimeout(context.Background(), cfg.requestTimeout)
 	srv.StopCoalescing(fctx)
 	fcancel()

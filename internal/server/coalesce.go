@@ -15,7 +15,7 @@ import (
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
-// Coalescing's bounds (decision 0051): what a replica holds between two
+// Coalescing's bounds (decision 0054): what a replica holds between two
 // flushes. A report past a bound is applied at once, as without
 // coalescing, so a bound costs Redis operations, never a report.
 const (
@@ -49,7 +49,7 @@ type coalesceStore interface {
 // and interval, into one report of their sum (store.ReportCoalesced),
 // so that a healthy connection costs Redis a batch per replica per
 // interval, not a report per process or call (issue 25 point 3, decision
-// 0051).
+// 0054).
 //
 // A report is taken only when it is a SUCCESS with no lease token and no
 // retry_after hint, at the revision this replica last learned, from an
@@ -268,7 +268,7 @@ func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
 		e := k.entries[f.key]
 		switch {
 		case f.err != nil:
-			// Lost (decision 0051): the batch may have been applied in
+			// Lost (decision 0054): the batch may have been applied in
 			// part, and a second try could count it twice.
 			k.log.Warn("coalesced successes not applied", "tenant", f.key.tenant, "connection", f.key.id,
 				"revision", f.b.rev, "count", f.b.count, "keyed", len(f.b.keyed), "err", f.err)
@@ -356,7 +356,7 @@ func errReused() error {
 	return errInvalid("idempotency_key", "names a different report already applied: send a new key with each report")
 }
 
-// coalesced answers a report the replica coalesces (decision 0051); nil,
+// coalesced answers a report the replica coalesces (decision 0054); nil,
 // nil: apply it at once. The Report handler's hook.
 func (s cooldownService) coalesced(c store.Conn, rep breaker.Report) (*connect.Response[cooldownv1.ReportResponse], error) {
 	if s.coalesce == nil {
@@ -382,7 +382,7 @@ func (s cooldownService) learned(c store.Conn, rep breaker.Report, res store.Rep
 }
 
 // StartCoalescing makes the server coalesce the success reports it is
-// sent, per connection, over interval (see decision 0051); 0 or less:
+// sent, per connection, over interval (see decision 0054); 0 or less:
 // never (the default). Call it once, before serving; [Server.StopCoalescing]
 // applies what it holds.
 func (s *Server) StartCoalescing(interval time.Duration) {

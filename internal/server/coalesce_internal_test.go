@@ -367,7 +367,7 @@ func TestCoalesceBounds(t *testing.T) {
 
 // TestCoalesceMemoryBound measures what the coalescer holds per
 // connection and per keyed report and holds it to coalesceEntryBytes and
-// coalesceKeyBytes, the figures decision 0051's bound is computed from.
+// coalesceKeyBytes, the figures decision 0054's bound is computed from.
 func TestCoalesceMemoryBound(t *testing.T) {
 	// Not parallel: it reads the heap.
 	at := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)

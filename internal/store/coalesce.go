@@ -14,7 +14,7 @@ var scriptClaim = newScript(once, "lua/coalesce_claim.lua")
 
 // Coalesced is the successes a cooldownd replica merged for one
 // connection over its coalescing interval (internal/server's coalescer,
-// decision 0051): reports of SUCCESS with no lease token and no hint, all
+// decision 0054): reports of SUCCESS with no lease token and no hint, all
 // at one revision and with one retry flag. Applied by
 // [Store.ReportCoalesced] as one report of their sum.
 type Coalesced struct {

@@ -1,7 +1,7 @@
 -- coalesce_claim.lua: claims the idempotency keys of the successes a
 -- cooldownd replica coalesced for one connection (internal/server's
 -- coalescer), before the sum of the claimed ones is reported as one
--- success (Store.ReportCoalesced, decision 0051). Standalone: no clock of
+-- success (Store.ReportCoalesced, decision 0054). Standalone: no clock of
 -- the connection's, no prelude, no state read.
 --
 -- KEYS[i]: the connection's cd:{t:id}:r:<key> of report i (one hash tag:
