@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -160,3 +162,63 @@ func (s *Store) awaitReplicas(ctx context.Context, sc processor, wrote bool) (Re
 // shortOfReplicas is when (unix ns) the latest WAIT that came up short
 // stops keeping reports from waiting; zero: the replicas kept up.
 type shortOfReplicas = atomic.Int64
+
+// replicaPoll is how often, with Durability on one master (single Redis,
+// Sentinel), [Store.Run] reads the master's connected replicas.
+const replicaPoll = 100 * time.Millisecond
+
+// watchReplicas reads, every replicaPoll until ctx ends, how many replicas
+// the master has connected, and when fewer than Durability waits for it
+// marks the replicas short (see pollReplicas). A WAIT finds it out only
+// when this process writes; in a manual Sentinel failover the promoted
+// replica leaves the master at once, and a process that has not written
+// since would answer reads of writes the failover loses as if firm (other
+// processes' writes, answered NOT_REPLICATED to them).
+func (s *Store) watchReplicas(ctx context.Context) {
+	if s.durable.Replicas <= 0 || s.cluster != nil {
+		return
+	}
+	t := time.NewTicker(replicaPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.pollReplicas(ctx)
+	}
+}
+
+// pollReplicas reads the master's connected replicas once (INFO
+// replication) and, when there are fewer than Durability waits for, marks
+// the replicas short as a WAIT that came up short would: the next writing
+// calls are answered NOT_REPLICATED without a WAIT until Recheck, then one
+// waits and the first acknowledged one ends it, and calls that wrote
+// nothing are answered NOT_REPLICATED meanwhile. It never clears the mark:
+// only an acknowledged WAIT does. An error changes nothing.
+func (s *Store) pollReplicas(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, replicaPoll)
+	defer cancel()
+	cmd := redis.NewStringCmd(pctx, "info", "replication")
+	if s.rdb.Process(pctx, cmd) != nil {
+		return
+	}
+	n := -1
+	for _, line := range strings.Split(cmd.Val(), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			n, _ = strconv.Atoi(v)
+		}
+	}
+	if n < 0 || n >= s.durable.Replicas {
+		return
+	}
+	recheck := s.durable.Recheck
+	if recheck <= 0 {
+		recheck = DefaultReplicaRecheck
+	}
+	if s.shortUntil.CompareAndSwap(0, s.wallNow().Add(recheck).UnixNano()) {
+		slog.Warn("store: the master has too few replicas connected; answers are NOT_REPLICATED until one acknowledges",
+			"connected", n, "want", s.durable.Replicas)
+	}
+}

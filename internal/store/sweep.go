@@ -28,6 +28,7 @@ const (
 // wait to take over when it lapses. Run it once per replica:
 // `go st.Run(ctx)`. It returns nil when ctx ends, releasing the lock.
 func (s *Store) Run(ctx context.Context) error {
+	go s.watchReplicas(ctx) // with Durability: see durable.go
 	tick := time.NewTicker(s.sweepEvery)
 	defer tick.Stop()
 	lock := s.newSweepLock()
