@@ -144,8 +144,12 @@ func (c *cluster) up() error {
 			c.replicas = append(c.replicas, r)
 		}
 		sp := port()
+		// down-after-milliseconds 3000: at 1000 a master slowed by 2
+		// cores shared with ~25 runnable processes missed Sentinel's PINGs
+		// for a second and was failed over unasked (the run's own
+		// failovers are SENTINEL FAILOVER, which does not wait for it).
 		conf := filepath.Join(c.ps.Dir(), "sentinel.conf")
-		body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor chaos 127.0.0.1 %d 1\nsentinel down-after-milliseconds chaos 1000\nsentinel failover-timeout chaos 5000\nsentinel parallel-syncs chaos 1\n", sp, c.redis.port)
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor chaos 127.0.0.1 %d 1\nsentinel down-after-milliseconds chaos 3000\nsentinel failover-timeout chaos 5000\nsentinel parallel-syncs chaos 1\n", sp, c.redis.port)
 		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
 			return err
 		}
