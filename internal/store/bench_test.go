@@ -28,6 +28,7 @@ import (
 //   - report_success_keyed: the same with a fresh idempotency key per
 //     report, as the clients send (the key looked up and remembered);
 //   - report_resent: the same key every time: a resend answered from it;
+//   - floor_return1: EVALSHA of return 1, the script floor of the same run;
 //   - admit3_2cooling: AdmitFirst of three candidates whose first two cool
 //     down for an hour, so the third is admitted.
 //
@@ -108,6 +109,10 @@ func benchStore(b *testing.B, rdb redis.UniversalClient, masters func(context.Co
 		name string
 		op   func() error
 	}{
+		// The floor: EVALSHA of return 1 on the same client, the script
+		// time every figure below is read beside (a script that does
+		// nothing still costs the call, its KEYS and ARGV, and Lua).
+		{"floor_return1", func() error { return floorScript.Run(ctx, rdb, nil).Err() }},
 		{"admit_healthy", admit(healthy)},
 		{"admit_open", admit(open)},
 		{"report_success", func() error {
@@ -167,6 +172,9 @@ func benchStore(b *testing.B, rdb redis.UniversalClient, masters func(context.Co
 		})
 	}
 }
+
+// floorScript is BenchmarkStore's floor_return1.
+var floorScript = redis.NewScript("return 1")
 
 // benchKeys numbers report_success_keyed's keys across policies (which
 // share a Redis and the connection): a key is never seen twice.
