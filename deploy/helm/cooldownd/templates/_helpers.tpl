@@ -220,6 +220,47 @@ In-cluster URL of the cooldownd Service.
 {{- end }}
 
 {{/*
+The --wait-replicas cooldownd runs with and where it comes from, as "<auto or a count>|<source>":
+the last --wait-replicas in extraArgs (they follow the chart's flags, so they win), else
+redis.external.waitReplicas.
+*/}}
+{{- define "cooldownd.waitReplicas" -}}
+{{- $w := toString .Values.redis.external.waitReplicas }}
+{{- $src := "redis.external.waitReplicas" }}
+{{- $next := false }}
+{{- range .Values.extraArgs }}
+{{- $a := toString . }}
+{{- if $next }}
+{{- $w = $a }}
+{{- $src = "--wait-replicas in extraArgs" }}
+{{- $next = false }}
+{{- else if regexMatch "^--?wait-replicas=" $a }}
+{{- $w = regexReplaceAll "^--?wait-replicas=" $a "" }}
+{{- $src = "--wait-replicas in extraArgs" }}
+{{- else if regexMatch "^--?wait-replicas$" $a }}
+{{- $next = true }}
+{{- end }}
+{{- end }}
+{{- printf "%s|%s" $w $src }}
+{{- end }}
+
+{{/*
+How many replicas a transition waits for: cooldownd's resolution of auto (decision 0050: 1 with
+mode sentinel or cluster; with mode single 1 when the master has a replica, here when
+redis.external.replicasPerMaster says so) or the count given. Empty when it is not a count
+(cooldownd refuses it at start).
+*/}}
+{{- define "cooldownd.waitReplicasCount" -}}
+{{- $ext := .Values.redis.external }}
+{{- $w := include "cooldownd.waitReplicas" . | splitList "|" | first }}
+{{- if eq $w "auto" }}
+{{- if or (has $ext.mode (list "sentinel" "cluster")) (gt (int $ext.replicasPerMaster) 0) }}1{{ else }}0{{ end }}
+{{- else if regexMatch "^[0-9]+$" $w }}
+{{- $w }}
+{{- end }}
+{{- end }}
+
+{{/*
 Validate the values and fail once with every problem found. Rendered by deployment.yaml and
 NOTES.txt. Each message names the values to change.
 */}}
@@ -277,6 +318,15 @@ NOTES.txt. Each message names the values to change.
 {{- end }}
 {{- if and $ext.tls.existingCASecret (not $ext.tls.enabled) }}
 {{- $msgs = append $msgs "redis: redis.external.tls.existingCASecret needs redis.external.tls.enabled=true" }}
+{{- end }}
+{{- /* What cooldownd waits for against the replicas the masters have (issue 28, decision 0050). */}}
+{{- $wait := include "cooldownd.waitReplicas" . | splitList "|" }}
+{{- $count := include "cooldownd.waitReplicasCount" . }}
+{{- $rpm := int $ext.replicasPerMaster }}
+{{- if and (eq (first $wait) "auto") (has $ext.mode (list "sentinel" "cluster")) (eq $rpm 0) }}
+{{- $msgs = append $msgs (printf "redis: redis.external.replicasPerMaster is 0 with mode=%s: --wait-replicas auto waits for 1 replica there, so every report that moves a connection would be answered NOT_REPLICATED (applied on the master only); run replicas (two per master) and say so in redis.external.replicasPerMaster, or set redis.external.waitReplicas: 0 to replicate asynchronously" $ext.mode) }}
+{{- else if and $count (gt (int $count) $rpm) }}
+{{- $msgs = append $msgs (printf "redis: %s (%s) is more than redis.external.replicasPerMaster (%d): every report that moves a connection would be answered NOT_REPLICATED (applied on the master only, not on that many replicas); wait for fewer, or give the replicas your Redis runs per master" (last $wait) $count $rpm) }}
 {{- end }}
 {{- end }}
 {{- $auth := .Values.auth }}
