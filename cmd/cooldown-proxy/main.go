@@ -74,7 +74,7 @@ func parse(args, env []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token for cooldownd (or COOLDOWN_TOKEN)")
 	fs.Var(&c.routes, "route", "PREFIX=UPSTREAM, repeatable: /openai=https://api.openai.com")
 	fs.StringVar(&c.fallbackFile, "fallback-file", "", "YAML file of fallbacks per model (docs/proxy.md)")
-	fs.BoolVar(&c.mirror, "mirror", false, "admit healthy calls from the client's mirror of cooldownd, without a round trip")
+	fs.BoolVar(&c.mirror, "mirror", true, "admit healthy calls from the client's mirror of cooldownd, without a round trip (the client's default; --mirror=false: every call asks cooldownd)")
 	fs.StringVar(&c.caFile, "ca-file", "", "PEM file of extra CA certificates trusted for upstreams (besides the system's)")
 	fs.StringVar(&c.saltFile, "salt-file", "", "file holding the connection-id salt shared with every other client (docs/keys.md)")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -243,8 +243,8 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		}
 		opts = append(opts, client.WithSalt([]byte(salt)))
 	}
-	if c.mirror {
-		opts = append(opts, client.WithMirror(0))
+	if !c.mirror {
+		opts = append(opts, client.WithoutMirror())
 	}
 	cl, err := client.New(c.cooldownd, opts...)
 	if err != nil {

@@ -202,8 +202,8 @@ func TestProxyWithRealClients(t *testing.T) {
 	require.NoError(t, os.WriteFile(fb, []byte("big:\n  - model: small\n"), 0o600))
 	args := []string{"--cooldownd", cd.URL, "--route", "/openai=" + up.srv.URL, "--route", "/anthropic=" + up.srv.URL,
 		"--ca-file", up.caFile(t), "--fallback-file", fb}
-	a := startProxy(t, args...)
-	b := startProxy(t, append(args, "--mirror")...)
+	a := startProxy(t, append(args, "--mirror=false")...)
+	b := startProxy(t, args...) // the mirror on: the default
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -382,7 +382,7 @@ func TestShutdownFinishesStreams(t *testing.T) {
 func TestParse(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
-	require.NoError(t, os.WriteFile(file, []byte("listen: 127.0.0.1:9000\nmirror: true\nroute:\n  - /openai=https://api.openai.com\n  - /anthropic=https://api.anthropic.com\nlog-format: json\n"), 0o600))
+	require.NoError(t, os.WriteFile(file, []byte("listen: 127.0.0.1:9000\nmirror: false\nroute:\n  - /openai=https://api.openai.com\n  - /anthropic=https://api.anthropic.com\nlog-format: json\n"), 0o600))
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -392,20 +392,20 @@ func TestParse(t *testing.T) {
 	}{
 		{name: "defaults", want: func(t *testing.T, c config) {
 			assert.Equal(t, "127.0.0.1:8081", c.listen, "loopback by default")
-			assert.False(t, c.mirror)
+			assert.True(t, c.mirror, "the mirror on, as the client's default")
 		}},
-		{name: "env", env: []string{"COOLDOWN_PROXY_LISTEN=127.0.0.1:7000", "COOLDOWN_PROXY_ROUTE=/a=https://a,/b=https://b", "COOLDOWN_PROXY_MIRROR=true"},
+		{name: "env", env: []string{"COOLDOWN_PROXY_LISTEN=127.0.0.1:7000", "COOLDOWN_PROXY_ROUTE=/a=https://a,/b=https://b", "COOLDOWN_PROXY_MIRROR=false"},
 			want: func(t *testing.T, c config) {
 				assert.Equal(t, "127.0.0.1:7000", c.listen)
 				assert.Equal(t, routes{"/a=https://a", "/b=https://b"}, c.routes)
-				assert.True(t, c.mirror)
+				assert.False(t, c.mirror)
 			}},
 		{name: "a flag beats the variable", args: []string{"--listen", "127.0.0.1:1"}, env: []string{"COOLDOWN_PROXY_LISTEN=127.0.0.1:2"},
 			want: func(t *testing.T, c config) { assert.Equal(t, "127.0.0.1:1", c.listen) }},
 		{name: "the file, under the variable", args: []string{"--config", file}, env: []string{"COOLDOWN_PROXY_LISTEN=127.0.0.1:2"},
 			want: func(t *testing.T, c config) {
 				assert.Equal(t, "127.0.0.1:2", c.listen)
-				assert.True(t, c.mirror)
+				assert.False(t, c.mirror)
 				assert.Equal(t, "json", c.logFormat)
 				assert.Equal(t, routes{"/openai=https://api.openai.com", "/anthropic=https://api.anthropic.com"}, c.routes)
 			}},
