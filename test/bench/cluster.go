@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -34,11 +38,23 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	}
 	var reps []replica
 	for i := range o.replicas {
-		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","))
+		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","),
+			"--redis-timeout", clusterRedisTimeout.String(), "--wait-replicas", "0")
 		if err != nil {
 			return err
 		}
 		reps = append(reps, r)
+	}
+	// As many replicas again, coalescing successes (decision 0054): the
+	// coalesced phase's.
+	var creps []replica
+	for i := range o.replicas {
+		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-coalescing-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","),
+			"--redis-timeout", clusterRedisTimeout.String(), "--wait-replicas", "0", "--coalesce-interval", coalesceInterval.String())
+		if err != nil {
+			return err
+		}
+		creps = append(creps, r)
 	}
 	m := &measurer{o: o, results: map[phaseKey][]measured{}}
 	for _, a := range addrs {
@@ -46,7 +62,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		defer func() { _ = c.Close() }()
 		m.mon = append(m.mon, c)
 	}
-	for _, r := range reps {
+	for _, r := range append(slices.Clone(reps), creps...) {
 		m.cdPIDs = append(m.cdPIDs, r.pid)
 	}
 	ver, _ := m.mon[0].Info(ctx, "server").Result()
@@ -54,8 +70,8 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	if o.inproc {
 		kind = "in-process clients (one HTTP/2 connection each)"
 	}
-	header(o, fmt.Sprintf("Redis Cluster %s, 3 masters; %d cooldownd replicas; %d %s × %d goroutines; %d connections; all on loopback",
-		infoField(ver, "redis_version"), o.replicas, o.clients, kind, goroutinesPerClient, o.conns))
+	header(o, fmt.Sprintf("Redis Cluster %s, 3 masters; %d cooldownd replicas (and %d coalescing every %s); %d %s × %d goroutines; %d connections; all on loopback",
+		infoField(ver, "redis_version"), o.replicas, o.replicas, coalesceInterval, o.clients, kind, goroutinesPerClient, o.conns))
 
 	workers := o.clients * goroutinesPerClient
 	cls := make([]cooldownv1connect.CooldownServiceClient, o.clients)
@@ -63,6 +79,10 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		cls[p] = cooldownv1connect.NewCooldownServiceClient(h2c(), reps[p%len(reps)].url)
 	}
 	cl := func(w int) cooldownv1connect.CooldownServiceClient { return cls[w/goroutinesPerClient] }
+	ccls := make([]cooldownv1connect.CooldownServiceClient, o.clients)
+	for p := range o.clients {
+		ccls[p] = cooldownv1connect.NewCooldownServiceClient(h2c(), creps[p%len(creps)].url)
+	}
 	conns := clusterConns(o.conns)
 	fmt.Fprintf(os.Stderr, "registering %d connections…\n", len(conns))
 	if err := register(ctx, cls, conns); err != nil {
@@ -75,6 +95,8 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		return err
 	}
 	ops := clusterOps(cl, conns)
+	ops["hotreport"] = hotReports(cl, conns[0], workers)
+	ops["hotcoalesced"] = hotReports(func(w int) cooldownv1connect.CooldownServiceClient { return ccls[w/goroutinesPerClient] }, conns[0], workers)
 	var pool *workerPool
 	if !o.inproc {
 		fmt.Fprintf(os.Stderr, "starting %d client processes…\n", o.clients)
@@ -87,15 +109,19 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		}
 	}
 	phases := []struct {
-		id   string
-		name string
-		rpcs int // RPCs per op
+		id     string
+		name   string
+		rpcs   int  // RPCs per op
+		inproc bool // driven from this process whatever -inproc says
 	}{
-		{"floor", "floor: EVALSHA return 1 (cluster client)", 0},
-		{"admit", "Admit, uniform", 1},
-		{"report", "Report SUCCESS, uniform", 1},
-		{"admitreport", "Admit+Report, uniform", 2},
-		{"hot", "Admit+Report, one hot connection", 2},
+		{"floor", "floor: EVALSHA return 1 (cluster client)", 0, true},
+		{"admit", "Admit, uniform", 1, false},
+		{"report", "Report SUCCESS, uniform", 1, false},
+		{"admitreport", "Admit+Report, uniform", 2, false},
+		{"hot", "Admit+Report, one hot connection", 2, false},
+		// Both in-process, so that the two differ only in coalescing.
+		{"hotreport", "Report SUCCESS keyed, one hot connection", 1, true},
+		{"hotcoalesced", "the same, replicas coalescing every " + coalesceInterval.String(), 1, true},
 	}
 	type shardRow struct {
 		name  string
@@ -125,7 +151,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		switch {
 		case ph.id == "floor":
 			s = drive(ctx, workers, o.warm, o.phase, floorOp(rrd, sha), start, end)
-		case pool != nil:
+		case pool != nil && !ph.inproc:
 			if s, err = pool.run(ph.id, o.warm, o.phase, start, end); err != nil {
 				return err
 			}
@@ -184,6 +210,42 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 			strings.Join(cells, "\t"), hi/math.Max(mean, 1), float64(tot.calls)/n, cpuOp, cd)
 	}
 	_ = tw.Flush()
+	// The hot connection's shard in the last two phases: store scripts per
+	// second, without coalescing and with it, against the bound.
+	hotShard := func(r shardRow) (redisStats, float64) {
+		var hi redisStats
+		for _, sh := range r.shard {
+			if sh.evalsha > hi.evalsha {
+				hi = sh
+			}
+		}
+		return hi, r.s.dur.Seconds()
+	}
+	direct, dsec := hotShard(rows[len(rows)-2])
+	coal, csec := hotShard(rows[len(rows)-1])
+	bound := float64(o.replicas) / coalesceInterval.Seconds()
+	fmt.Printf("the hot connection's master: %.0f scripts/s for %.0f reports/s applied at once; %.0f scripts/s for %.0f reports/s coalesced (%d replicas × 1/%s = %.0f batches/s, 2 scripts each when keyed: bound %.0f)\n",
+		float64(direct.evalsha)/dsec, rows[len(rows)-2].s.rate(), float64(coal.evalsha)/csec, rows[len(rows)-1].s.rate(), o.replicas, coalesceInterval, bound, 2*bound)
+	// Calibration of the coalesced model: a batch costs a Report and a
+	// claim script (about the floor's EVALSHA), and each keyed report in it
+	// a SET NX GET inside the claim: what is left of the coalesced phase's
+	// Redis CPU once its batches are paid, per report.
+	floorCPU := 0.0
+	if n := float64(rows[0].s.n); n > 0 {
+		var tot redisStats
+		for _, sh := range rows[0].shard {
+			tot = tot.add(sh)
+		}
+		floorCPU = tot.cpu * 1e6 / n
+	}
+	var ctot redisStats
+	for _, sh := range rows[len(rows)-1].shard {
+		ctot = ctot.add(sh)
+	}
+	batches := float64(coal.evalsha) / 2
+	keyUS := math.Max(0, (ctot.cpu*1e6-batches*(reportCPU+floorCPU))/math.Max(float64(rows[len(rows)-1].s.n), 1))
+	fmt.Printf("coalesced: %.0f batches in the window, Redis CPU %.1f µs per keyed report past its batch's two scripts (%.1f + %.1f µs)\n",
+		batches, keyUS, reportCPU, floorCPU)
 	var keys []string
 	for i, sh := range rows[len(rows)-1].shard {
 		keys = append(keys, fmt.Sprintf("shard %d: %d", i, sh.keys))
@@ -196,9 +258,11 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	fmt.Printf("cooldownd peak RSS (VmHWM) per replica, MB: %s\n\n", strings.Join(rss, ", "))
 	fmt.Printf("model, calibrated above: Redis CPU %.1f µs per Admit, %.1f µs per Report (a batched report assumed to cost one Report); cooldownd CPU %.0f µs per RPC.\n",
 		admitCPU, reportCPU, cdPerRPC)
-	fmt.Printf("no mirror: every call is Admit + Report. mirror: one batched report per process per connection it used per %.0f s.\n\n", modelInterval)
+	fmt.Printf("no mirror: every call is Admit + Report. mirror: one batched report per process per connection it used per %.0f s.\n", modelInterval)
+	fmt.Printf("coalesced: the mirror's reports, merged by each of %d replicas per connection per %.0f s: a batch costs a Report and a claim (%.1f + %.1f µs), each keyed report in it %.1f µs.\n\n",
+		modelReplicas, modelCoalesce, reportCPU, floorCPU, keyUS)
 	for _, r := range o.modelRate {
-		printModel(r, admitCPU, reportCPU, cdPerRPC)
+		printModel(r, admitCPU, reportCPU, cdPerRPC, reportCPU+floorCPU, keyUS)
 	}
 	return nil
 }
@@ -244,14 +308,32 @@ const (
 	modelReplicas = 16
 	modelConns    = 10000
 	modelInterval = 1.0 // s, the mirror's batch interval
+	modelCoalesce = 1.0 // s, the replicas' --coalesce-interval
 )
+
+// coalesceInterval is the coalescing replicas' --coalesce-interval in the
+// cluster run (-coalesce-interval).
+var coalesceInterval = 250 * time.Millisecond
+
+// clusterRedisTimeout is the replicas' --redis-timeout in the cluster run
+// (-cluster-redis-timeout): on a loaded machine the default 200 ms cuts
+// off round trips that a saturated loopback Cluster answers late. The
+// replicas run with --wait-replicas 0: the run's masters have no replicas
+// (auto would wait for one on a Cluster).
+var clusterRedisTimeout = 200 * time.Millisecond
+
+// addClusterFlags adds the cluster run's own flags to fs.
+func addClusterFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&clusterRedisTimeout, "cluster-redis-timeout", clusterRedisTimeout, "with -cluster: the replicas' --redis-timeout")
+	fs.DurationVar(&coalesceInterval, "coalesce-interval", coalesceInterval, "with -cluster: the coalescing replicas' --coalesce-interval")
+}
 
 // printModel prints the analytical model of docs/scaling.md: a fleet of
 // 1,000 client processes × 16 replicas × 10,000 connections, each process
 // making rate calls/s spread over the connections by a Zipf law (s = 1),
 // on S Redis Cluster shards, calibrated by the Redis CPU per Admit and per
 // Report and the cooldownd CPU per RPC measured above.
-func printModel(rate, admitUS, reportUS, cdUS float64) {
+func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
 	lambda := rate * modelProcs
 	var h float64
 	for i := 1; i <= modelConns; i++ {
@@ -260,13 +342,19 @@ func printModel(rate, admitUS, reportUS, cdUS float64) {
 	p1 := 1 / h // the hottest connection's share of calls
 	// With the mirror, connection i costs one batched report per process
 	// that used it in an interval: P·(1-e^(-r·p_i·T))/T reports/s.
-	var mirrorOps, mirrorHot float64
+	// Coalesced, each of R replicas sends connection i one batch per
+	// interval Tc in which one of its processes reported on it: the
+	// mirror's m_i reports/s spread over R replicas, R·(1-e^(-m_i·Tc/R))/Tc
+	// batches/s, at most R/Tc.
+	var mirrorOps, mirrorHot, batchOps, batchHot float64
 	for i := 1; i <= modelConns; i++ {
 		pi := 1 / (float64(i) * h)
 		v := modelProcs * (1 - math.Exp(-rate*pi*modelInterval)) / modelInterval
+		b := modelReplicas * (1 - math.Exp(-v*modelCoalesce/modelReplicas)) / modelCoalesce
 		mirrorOps += v
+		batchOps += b
 		if i == 1 {
-			mirrorHot = v
+			mirrorHot, batchHot = v, b
 		}
 	}
 	callUS := admitUS + reportUS
@@ -274,10 +362,12 @@ func printModel(rate, admitUS, reportUS, cdUS float64) {
 		modelProcs, rate, lambda, modelReplicas, modelConns, 100*p1)
 	fmt.Printf("store ops/s (one Admit or Report script each): %.0f without the mirror, %.0f with it; the hottest connection %.0f without, %.0f with (at most one per process per interval).\n",
 		2*lambda, mirrorOps, 2*lambda*p1, mirrorHot)
-	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores).\n\n",
+	fmt.Printf("coalesced: %.0f batches/s (2 scripts each) and %.0f keyed reports/s; the hottest connection %.0f batches/s (at most %d replicas × 1/%.0f s).\n",
+		batchOps, mirrorOps, batchHot, modelReplicas, modelCoalesce)
+	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores; coalescing does not change it).\n\n",
 		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\t")
+	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tcoalesced: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\t")
 	for _, s := range []float64{1, 3, 6, 12, 24, 48} {
 		hotShare := p1 + (1-p1)/s // the hot connection's slot plus an even share of the rest
 		noHot := 2 * lambda * hotShare
@@ -285,7 +375,10 @@ func printModel(rate, admitUS, reportUS, cdUS float64) {
 		maxCalls := 1e6 / (callUS * hotShare)
 		mHot := mirrorHot + (mirrorOps-mirrorHot)/s
 		mCPU := mHot * reportUS / 1e6
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU)
+		bHot := batchHot + (batchOps-batchHot)/s
+		bCPU := (bHot*batchUS + mHot*keyUS) / 1e6
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU,
+			2*batchOps/s, 2*bHot, 100*bCPU)
 	}
 	_ = tw.Flush()
 	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n\n", 1e6/(callUS*p1))
@@ -320,6 +413,26 @@ func clusterOps(cl func(w int) cooldownv1connect.CooldownServiceClient, conns []
 		"report":      func(ctx context.Context, w int) error { return reportOn(ctx, w, pick()) },
 		"admitreport": func(ctx context.Context, w int) error { return both(ctx, w, pick()) },
 		"hot":         func(ctx context.Context, w int) error { return both(ctx, w, conns[0]) },
+	}
+}
+
+// hotReports is the hot connection's keyed success reports, each worker
+// carrying the revision its last answer named (a coalescing replica takes
+// only a report at the revision it learned), each report with an
+// idempotency key as the clients send it.
+func hotReports(cl func(w int) cooldownv1connect.CooldownServiceClient, c *cooldownv1.Connection, workers int) op {
+	revs := make([]atomic.Uint64, workers)
+	return func(ctx context.Context, w int) error {
+		var key [16]byte
+		for i := range key {
+			key[i] = byte(rand.N(256))
+		}
+		r, err := cl(w).Report(ctx, connect.NewRequest(&cooldownv1.ReportRequest{Connection: c, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS,
+			HttpStatus: 200, Revision: revs[w].Load(), IdempotencyKey: base64.RawURLEncoding.EncodeToString(key[:])}))
+		if err == nil {
+			revs[w].Store(r.Msg.GetRevision())
+		}
+		return err
 	}
 }
 

@@ -114,6 +114,7 @@ func run() (int, error) {
 	fs.StringVar(&noopRedis, "noop-redis", "", "internal: with -noop-server, run EVALSHA return 1 on this Redis per RPC")
 	fs.IntVar(&o.conns, "connections", 5000, "with -cluster: distinct connections")
 	fs.StringVar(&rates, "model-rates", "10,100,1000", "with -cluster: calls/s per client process in the model of 1,000 processes")
+	addClusterFlags(fs) // cluster.go's own
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, nil
