@@ -247,13 +247,13 @@ export class Client {
       if (informs(cl)) this.enqueue(this.reportRequest(a.conn, this.revs.last(a.conn), "", retry, cl), reportDelay(cl));
       return this.local.report(a, cl, false);
     }
-    if (this.mirror && cl.outcome === Outcome.Success && cl.proactiveMs <= 0) {
+    if (this.mirror?.batching && cl.outcome === Outcome.Success && cl.proactiveMs <= 0 && a.leaseToken === "") {
       // With the mirror a success never waits on cooldownd: counted for the
       // next batch (retries apart: one report has one retry flag; no request
-      // is built, the healthy path's cost), or (a probe's, which releases
-      // the fleet) sent at once in the background.
-      if (a.leaseToken === "") this.mirror.add(a.conn, a.revision, retry);
-      else this.enqueue(this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl), 0);
+      // is built, the healthy path's cost). A probe's, which releases the
+      // fleet, is reported as without the mirror: cooldownd has it when
+      // report resolves.
+      this.mirror.add(a.conn, a.revision, retry);
       return false;
     }
     const req = this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl);

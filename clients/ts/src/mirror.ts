@@ -23,7 +23,17 @@ export const DefaultMirrorIntervalMs = 1_000;
 /** The counters of the mirror. */
 export interface MirrorStats {
   live: boolean; mirrored: number; admits: number; batched: number; batches: number;
+  /**
+   * The watch streams cooldownd refused (an older cooldownd, or a token whose
+   * role may not watch). While the last stream was refused, or before one was
+   * accepted, the client works as without the mirror: nothing is admitted
+   * locally and every report goes at once.
+   */
+  refused: number;
 }
+
+/** About how long the mirror waits to ask again after cooldownd refused its watch stream, ms. */
+export const MirrorRefusedRetryMs = 6 * QueueBackoffCapMs;
 
 /** What the mirror needs of its client. */
 export interface MirrorHost {
@@ -117,6 +127,21 @@ export class Mirror {
   private admits = 0;
   private batched = 0;
   private batches = 0;
+  private refused = 0;
+  /**
+   * cooldownd took a watch stream of this client's token: it lets clients
+   * watch their tenant, so it counts batched successes (ReportRequest.count
+   * came with that grant). Until a stream is accepted, and again once one is
+   * refused, successes are reported one by one (see batching).
+   */
+  private accepted = false;
+  /**
+   * Resolved at cooldownd's first answer to an Admit: the watch stream opens
+   * then, not at construction, so that a client that never calls holds no
+   * stream, and the stream goes out once an answer has settled the endpoint.
+   */
+  private begin!: () => void;
+  private readonly begun = new Promise<void>((resolve) => { this.begin = resolve; });
   private watching: Promise<void> | undefined;
   private ticker: NodeJS.Timeout | undefined;
 
@@ -163,6 +188,7 @@ export class Mirror {
    * mark or its revision.
    */
   learn(a: MirrorAnswer, state: WireState, throttle: number, t: MirrorTicket, now: number): void {
+    this.begin();
     const id = a.conn.idHex;
     if (throttle > 0) {
       this.sawThrottle(id);
@@ -294,8 +320,20 @@ export class Mirror {
     this.entries.delete(id);
   }
 
+  /**
+   * Whether successes go in batches: a stream was accepted and none refused
+   * since. A cooldownd that refuses the watch (an older one: its clients may
+   * not watch, and it does not know ReportRequest.count, so a batch would
+   * count as one success; or a token whose role may not watch) hears every
+   * report at once, as a client without the mirror's would.
+   */
+  get batching(): boolean {
+    return this.accepted;
+  }
+
   /** The stream's first message: the subscription is live. */
   up(): void {
+    this.accepted = true;
     this.live = true;
   }
 
@@ -315,6 +353,13 @@ export class Mirror {
     const closed = this.host.closed;
     let backoff = QueueBackoffBaseMs;
     let logged = false;
+    if (!closed.aborted) {
+      let onAbort!: () => void;
+      const aborted = new Promise<void>((resolve) => { onAbort = resolve; });
+      closed.addEventListener("abort", onAbort, { once: true });
+      await Promise.race([this.begun, aborted]);
+      closed.removeEventListener("abort", onAbort);
+    }
     while (!closed.aborted) {
       let err: unknown;
       try {
@@ -326,11 +371,18 @@ export class Mirror {
       if (closed.aborted) return;
       this.host.log.debug("mirror watch stream ended", { error: String(err) });
       if (err !== undefined && this.host.rejected(err)) {
+        // An older cooldownd, or a token that may not watch: the client works
+        // as without the mirror, and asks again now and then (cooldownd may be
+        // upgraded, the token's role changed).
+        this.accepted = false;
+        this.refused++;
         if (!logged) {
-          this.host.log.warn("cooldownd refused the mirror's watch stream; every call goes to cooldownd", { error: String(err) });
+          this.host.log.warn("cooldownd refused the mirror's watch stream; the client works without the mirror " +
+            `(every call asks cooldownd, every report goes at once) and asks again every ${MirrorRefusedRetryMs / 1000}s; ` +
+            "upgrade cooldownd, give the token the client role, or turn the mirror off with mirror: false", { error: String(err) });
           logged = true;
         }
-        backoff = QueueBackoffCapMs * 6;
+        backoff = MirrorRefusedRetryMs;
       }
       const d = backoff / 2 + Math.floor(Math.random() * (backoff / 2 + 1));
       backoff = Math.min(2 * backoff, QueueBackoffCapMs);
@@ -378,7 +430,7 @@ export class Mirror {
   }
 
   stats(): MirrorStats {
-    return { live: this.live, mirrored: this.entries.size, admits: this.admits, batched: this.batched, batches: this.batches };
+    return { live: this.live, mirrored: this.entries.size, admits: this.admits, batched: this.batched, batches: this.batches, refused: this.refused };
   }
 }
 

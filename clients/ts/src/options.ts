@@ -72,10 +72,16 @@ export interface ClientOptions {
   /** For tests: the guard's waits (default a timer that the signal cancels). */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /**
-   * Keep a mirror of the connections this process uses, fed by
-   * WatchConnections, and admit calls to closed healthy connections without
-   * a round trip; successes are reported in batches every intervalMs (1 s).
-   * Failures, hints and probes still go to cooldownd at once. Off by default.
+   * The mirror (on by default; false turns it off): a copy of the connections
+   * this process uses, fed by WatchConnections from cooldownd's first answer
+   * to an Admit, that admits calls to closed healthy connections without a
+   * round trip; successes are reported in batches every intervalMs (1 s).
+   * The first call to a connection, every retry, and the first call after a
+   * failure of this process still ask cooldownd; failures, hints and probes
+   * go to cooldownd at once. Until cooldownd accepts the stream, and whenever
+   * it refuses it (an older cooldownd, a token that may not watch), the
+   * client works as without the mirror (logged once, counted in
+   * stats().mirror.refused). docs/client-ts.md has the trade-off.
    */
   mirror?: boolean | { intervalMs?: number };
   /**
@@ -102,7 +108,7 @@ export interface Stats {
   degradations: number;
   localDecisions: number;
   reports: QueueStats;
-  /** The mirror's counters (undefined without the mirror option). */
+  /** The mirror's counters (undefined with mirror: false). */
   mirror?: MirrorStats;
 }
 
@@ -121,7 +127,7 @@ export interface Config {
   serviceRetryMs: number;
   reportQueueSize: number;
   reportQueueMaxAgeMs: number;
-  /** The mirror's batch interval, ms; undefined: no mirror. */
+  /** The mirror's batch interval, ms; undefined: no mirror (mirror: false). */
   mirrorIntervalMs: number | undefined;
   rules: Rules;
   /** The in-process breaker's policy, without a trip quorum. */
@@ -174,7 +180,8 @@ export function config(opts: ClientOptions, now: () => number): Config {
     serviceRetryMs: pos(opts.serviceRetryMs, DefaultServiceRetryMs),
     reportQueueSize: pos(opts.reportQueueSize, DefaultReportQueueSize),
     reportQueueMaxAgeMs: pos(opts.reportQueueMaxAgeMs, DefaultReportQueueMaxAgeMs),
-    mirrorIntervalMs: opts.mirror ? pos(typeof opts.mirror === "object" ? opts.mirror.intervalMs : undefined, DefaultMirrorIntervalMs) : undefined,
+    mirrorIntervalMs: opts.mirror === false ? undefined
+      : pos(typeof opts.mirror === "object" ? opts.mirror.intervalMs : undefined, DefaultMirrorIntervalMs),
     rules, policy, salt: Uint8Array.from(salt), reporter,
   };
 }

@@ -313,6 +313,7 @@ describe("the mirror", () => {
     const c = newClient({ mirror: { intervalMs: 100 } });
     const x = conn(c);
     provider.answer(json(200, {}));
+    await c.admit([conn(c)]); // the stream opens at cooldownd's first answer to an Admit
     // Wait for the watch stream to be live (its first message, a heartbeat, may take up to 15 s: poll).
     const deadline = Date.now() + 20_000;
     while (!c.stats().mirror!.live && Date.now() < deadline) await sleep(20);
@@ -341,6 +342,7 @@ describe("the mirror", () => {
     const c = newClient({ mirror: { intervalMs: 100 }, noWait: true });
     const other = newClient();
     const x = conn(c);
+    await c.admit([conn(c)]); // the stream opens at cooldownd's first answer to an Admit
     const deadline = Date.now() + 20_000;
     while (!c.stats().mirror!.live && Date.now() < deadline) await sleep(20);
     await c.admit([x]); // enters the mirror

@@ -36,7 +36,10 @@ after(async () => {
 });
 
 function newClient(url: string, opts: ClientOptions = {}): Client {
-  const c = new Client(url, { logger: silentLogger, admitTimeoutMs: 2000, ...opts });
+  // Without the mirror: these tests read another process's word on the
+  // very next call, which the mirror gives one watch event later (its
+  // trade, tested in e2e.test.ts's "the mirror").
+  const c = new Client(url, { logger: silentLogger, admitTimeoutMs: 2000, mirror: false, ...opts });
   clients.push(c);
   return c;
 }

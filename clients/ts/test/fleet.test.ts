@@ -112,9 +112,11 @@ let n = 0;
 function setup(opts: ClientOptions = {}): Setup {
   const fake = new FakeCooldownd();
   const sleeps: number[] = [];
+  // Without the mirror unless a test asks for it: these tests count the
+  // reports cooldownd gets, one per call.
   const cd = new Client("http://cooldownd.test", {
     logger: silentLogger, transport: () => fake.transport(), admitTimeoutMs: 5_000,
-    sleep: async (ms) => { sleeps.push(ms); }, ...opts,
+    sleep: async (ms) => { sleeps.push(ms); }, mirror: false, ...opts,
   });
   clients.push(cd);
   const conn = (scope: string) => cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-fleet-${++n}`, scope });
@@ -362,9 +364,11 @@ test("lastword: the words of the fleet rules", () => {
 test("fleet: the mirror admits no retry and no throttled connection", async (t) => {
   const mirrored = async (cd: Client, conn: Conn, opts: { sent?: Conn[] } = {}): Promise<Admission> => cd.admit([conn], opts);
   const live = async (s: Setup) => {
+    await s.cd.admit([s.cd.connection({ provider: "openai", endpoint: "https://warm-up.test", credential: "sk-warm-up" })]); // the stream opens at the first answer
     await s.fake.watching;
     for (let i = 0; i < 100 && !s.cd.stats().mirror!.live; i++) await new Promise((r) => setTimeout(r, 5));
     assert.ok(s.cd.stats().mirror!.live);
+    s.fake.admits.length = 0;
   };
   await t.test("a retry goes to cooldownd; a first attempt is mirrored", async () => {
     const s = setup({ mirror: { intervalMs: 60_000 } });

@@ -33,6 +33,9 @@ class FakeCooldownd {
   down = false;
   rev = 7n;
   answerReport: (req: ReportRequest) => { state?: WireState; revision?: bigint } = () => ({});
+  /** WatchConnections answers it (an older cooldownd, a token that may not watch). */
+  watchError: ConnectError | undefined;
+  watches = 0;
   private events: ((m: WatchConnectionsResponse) => void) | undefined;
 
   transport() {
@@ -63,6 +66,8 @@ class FakeCooldownd {
   emit(m: WatchConnectionsResponse): void { this.events?.(m); }
 
   private async *watch(signal: AbortSignal): AsyncIterable<WatchConnectionsResponse> {
+    this.watches++;
+    if (this.watchError) throw this.watchError;
     const queue: WatchConnectionsResponse[] = [create(WatchConnectionsResponseSchema, {})]; // the heartbeat: live
     let wake: (() => void) | undefined;
     this.events = (m) => { queue.push(m); wake?.(); };
@@ -89,8 +94,12 @@ async function setup(opts: ClientOptions = {}): Promise<{ cd: Client; fake: Fake
   clients.push(cd);
   const conn = cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-mirror-${++n}` });
   const other = cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-mirror-other-${n}` });
+  // The stream opens at cooldownd's first answer to an Admit.
+  await cd.admit([cd.connection({ provider: "openai", endpoint: "https://warm-up.test", credential: `sk-warm-up-${n}` })]);
   for (let i = 0; i < 200 && !cd.stats().mirror!.live; i++) await new Promise((r) => setTimeout(r, 5));
   assert.ok(cd.stats().mirror!.live, "the watch stream is up");
+  fake.admits = 0;
+  fake.reports.length = 0;
   return { cd, fake, conn, other };
 }
 
@@ -221,6 +230,8 @@ test("the mirror's watch loop keeps one abort listener on the close signal, howe
     sendBatch: async () => {},
   }, 3_600_000);
   m.start();
+  // The stream opens at cooldownd's first answer to an Admit.
+  m.learn({ conn: new Conn(new Uint8Array(32), "x"), decision: Decision.Deny, revision: 0n }, WireState.OPEN, 0, m.ticket(), 0);
   let most = 0;
   for (let i = 0; i < 100; i++) {
     await new Promise((r) => setImmediate(r));
@@ -324,6 +335,117 @@ test("the mirror's rules: testdata/mirror.json", async (t) => {
             throw new Error(`step ${i}: unknown step ${s.do}`);
         }
       });
+    });
+  }
+});
+
+// The mirror on by default (issue 25 point 2), as the Go client's
+// TestMirrorOnByDefault, TestDefaultMirrorAsksCooldowndWhereItMust and
+// TestMirrorRefusedWorksWithout.
+
+/** A client on a fake cooldownd with opts, nothing said of the mirror unless opts do. */
+function plain(fake: FakeCooldownd, opts: ClientOptions = {}): Client {
+  const cd = new Client("http://cooldownd.test", {
+    logger: silentLogger, transport: () => fake.transport(), admitTimeoutMs: 5_000, serviceRetryMs: 3_600_000, ...opts,
+  });
+  clients.push(cd);
+  return cd;
+}
+
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 400 && !cond(); i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(cond(), what);
+}
+
+const success: Classification = { outcome: Outcome.Success, retryable: false, retryAfterMs: 0, httpStatus: 200, errorCode: "", proactiveMs: 0, tooLong: false };
+
+test("the mirror is on by default; mirror: false turns it off", async (t) => {
+  const calls = 50;
+  for (const tc of [
+    { name: "default", opts: {}, mirror: true },
+    { name: "mirror: false", opts: { mirror: false } as ClientOptions, mirror: false },
+  ]) {
+    await t.test(tc.name, async () => {
+      const fake = new FakeCooldownd();
+      const cd = plain(fake, tc.opts);
+      const conn = cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-default-${++n}` });
+      await new Promise((r) => setTimeout(r, 20));
+      assert.equal(fake.watches, 0, "no stream before the first answer");
+      const first = await cd.admit([conn]);
+      assert.notEqual(first.mirrored, true, "the first call asks cooldownd");
+      assert.equal(fake.admits, 1);
+      if (tc.mirror) await until(() => cd.stats().mirror!.live, "the stream opens at the first answer");
+      fake.admits = 0;
+      fake.reports.length = 0;
+      for (let i = 0; i < calls; i++) await cd.report(await cd.admit([conn]), success);
+      if (tc.mirror) {
+        assert.equal(fake.admits, 1, "once more under the live stream, then from the mirror");
+        assert.equal(cd.stats().mirror!.admits, calls - 1);
+        assert.equal(fake.reports.length, 0, "the successes wait for their batch");
+        await cd.flush();
+        assert.deepEqual(fake.reports.map((r) => r.count), [calls], "one batch, every success counted");
+        assert.equal(fake.watches, 1);
+      } else {
+        assert.equal(fake.admits, calls);
+        assert.equal(fake.reports.length, calls);
+        assert.equal(cd.stats().mirror, undefined);
+        assert.equal(fake.watches, 0, "no stream without the mirror");
+      }
+    });
+  }
+});
+
+test("with the default mirror a retry and the first call after this process's failure ask cooldownd; a failure is reported at once", async () => {
+  const fake = new FakeCooldownd();
+  const cd = plain(fake);
+  await cd.admit([cd.connection({ provider: "openai", endpoint: "https://warm-up.test", credential: `sk-warm-up-${++n}` })]);
+  await until(() => cd.stats().mirror!.live, "the watch stream is up");
+  fake.admits = 0;
+  const conn = cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-default-${++n}` });
+  assert.notEqual((await cd.admit([conn])).mirrored, true, "the first call to a connection asks cooldownd");
+  const adm = await cd.admit([conn]);
+  assert.equal(adm.mirrored, true);
+  assert.equal(fake.admits, 1);
+  const retry = await cd.admit([conn], { sent: [conn] });
+  assert.notEqual(retry.mirrored, true, "a retry is cooldownd's to admit");
+  assert.equal(fake.admits, 2);
+  await cd.report(adm, { ...success, outcome: Outcome.TransientFailure, retryable: true, httpStatus: 500 });
+  assert.equal(fake.reports.length, 1, "a failure is reported at once");
+  assert.equal(fake.reports[0]!.outcome, Outcome.TransientFailure);
+  assert.notEqual((await cd.admit([conn])).mirrored, true, "after its own failure the process asks cooldownd");
+  assert.equal(fake.admits, 3);
+});
+
+test("a cooldownd that refuses the watch leaves the default client working as without the mirror", async (t) => {
+  for (const tc of [
+    { name: "token may not watch", err: new ConnectError("WatchConnections needs a token of role viewer", Code.PermissionDenied) },
+    { name: "cooldownd without the watch", err: new ConnectError("not implemented", Code.Unimplemented) },
+  ]) {
+    await t.test(tc.name, async () => {
+      const fake = new FakeCooldownd();
+      fake.watchError = tc.err;
+      const warns: string[] = [];
+      const cd = plain(fake, { logger: { ...silentLogger, warn: (msg: string) => { warns.push(msg); } } });
+      const conn = cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-refused-${++n}` });
+      await cd.admit([conn]);
+      await until(() => cd.stats().mirror!.refused > 0, "the stream was asked for and refused");
+      fake.admits = 0;
+      fake.reports.length = 0;
+      const calls = 20;
+      for (let i = 0; i < calls; i++) {
+        const r = await cd.do(conn, async () => new Response("ok", { status: 200 }));
+        assert.equal(r.status, 200, "a refused stream never fails a call");
+      }
+      assert.equal(fake.admits, calls, "every call asks cooldownd");
+      assert.equal(fake.reports.length, calls, "every success is reported at once, before any flush");
+      for (const r of fake.reports) assert.ok(r.count <= 1, "no batch: such a cooldownd would count one as one success");
+      const st = cd.stats().mirror!;
+      assert.equal(st.live, false);
+      assert.equal(st.admits, 0);
+      assert.equal(st.batched, 0);
+      assert.equal(st.refused, 1, "asked for again only after about 30 s");
+      assert.equal(fake.watches, 1);
+      assert.equal(warns.filter((w) => w.includes("refused the mirror's watch stream")).length, 1, "logged once");
     });
   }
 });
