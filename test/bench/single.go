@@ -199,7 +199,7 @@ func runSingle(ctx context.Context, o options, ps *proctest.Group) error {
 	if rl != nil {
 		rlOp = ratelimitOp(rl.url, maxC)
 	}
-	gc, err := client.New(rep.url, client.WithAdmitTimeout(5*time.Second),
+	gc, err := client.New(rep.url, client.WithAdmitTimeout(5*time.Second), client.WithoutMirror(),
 		client.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		return err
