@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/store"
+	"github.com/cooldownd/cooldownd/internal/store/schema"
 )
 
 // storedFields is a state hash's fields, and whether any holds a value
@@ -62,9 +64,18 @@ func TestIdleStateStoresOnlyWhatIsNotDefault(t *testing.T) {
 			for n := range 3 {
 				_, err := st.Admit(ctx, c)
 				require.NoError(t, err)
+				expires := cmdCalls(t, rdb, "pexpire")
 				res, err := st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
 				require.NoError(t, err)
 				require.True(t, res.Accepted)
+				if n > 1 {
+					// The full script sets the keys' time to live on every
+					// save; the fast path only when less than the idle TTL
+					// is left (the second success, after the create's
+					// idle TTL), then an eighth more: the third success
+					// on the compact state takes the fast path.
+					assert.Equal(t, expires, cmdCalls(t, rdb, "pexpire"), "success %d took the full script", n+1)
+				}
 				names, defaults := storedFields(ctx, t, rdb, c)
 				assert.Equal(t, slices.Sorted(slices.Values(tc.want)), names, "after success %d", n+1)
 				assert.Empty(t, defaults, "after success %d: fields stored at their default", n+1)
@@ -118,5 +129,65 @@ func TestStateFieldsBackToTheirDefaultAreDeleted(t *testing.T) {
 		for _, f := range s.gone {
 			assert.NotContains(t, names, f, s.name)
 		}
+	}
+}
+
+// TestStateWithEveryFieldStoredReadsTheSame: a state hash written by the
+// previous scripts (every field stored, 0 and ” included) reads as the
+// same state as the compact one, and moves the same way: a success and a
+// failure on each leave the same states, and the fast path drops the
+// fields it moves to their default.
+func TestStateWithEveryFieldStoredReadsTheSame(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Real(t)
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	p := breaker.DefaultPolicy()
+	st, err := store.New(rdb, store.Options{Policy: &p, Clock: func() time.Time { return now }})
+	require.NoError(t, err)
+	compact, full := store.Conn{Tenant: "compat", ID: keys.ID{0xc1}}, store.Conn{Tenant: "compat", ID: keys.ID{0xc2}}
+	_, err = st.Report(ctx, compact, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
+	require.NoError(t, err)
+	// full: the same fields, every other one at its default, as the
+	// previous scripts stored them; registered as a create would.
+	_, err = st.Report(ctx, full, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
+	require.NoError(t, err)
+	m, err := rdb.HGetAll(ctx, keys.Layout{Tenant: compact.Tenant, ID: compact.ID}.State()).Result()
+	require.NoError(t, err)
+	var args []any
+	for _, f := range schema.State() {
+		v, ok := m[f.Hash]
+		if !ok && !f.Text {
+			v = "0"
+		}
+		args = append(args, f.Hash, v)
+	}
+	args = append(args, "xp", m["xp"])
+	require.NoError(t, rdb.HSet(ctx, keys.Layout{Tenant: full.Tenant, ID: full.ID}.State(), args...).Err())
+	same := func(step string) {
+		t.Helper()
+		a, _, err := st.Get(ctx, compact.Tenant, compact.ID, 0)
+		require.NoError(t, err)
+		b, _, err := st.Get(ctx, full.Tenant, full.ID, 0)
+		require.NoError(t, err)
+		assert.Equal(t, a.State, b.State, step)
+		assert.Equal(t, a.Exists, b.Exists, step)
+	}
+	same("as written")
+	for i, rep := range []breaker.Report{
+		{Outcome: breaker.OutcomeTransientFailure, HTTPStatus: 500, ErrorCode: "e500"},
+		{Outcome: breaker.OutcomeSuccess},
+		{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200},
+	} {
+		now = now.Add(time.Second)
+		for _, c := range []store.Conn{compact, full} {
+			_, err := st.Report(ctx, c, rep)
+			require.NoError(t, err)
+		}
+		same(fmt.Sprintf("after report %d", i+1))
+	}
+	names, _ := storedFields(ctx, t, rdb, full)
+	for _, f := range []string{"cf", "le"} {
+		assert.NotContains(t, names, f, "the fast path deletes what it moves to its default")
 	}
 }
