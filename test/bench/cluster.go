@@ -36,6 +36,9 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	if err != nil {
 		return err
 	}
+	if coalesceOnly {
+		return runCoalesceOnly(ctx, o, ps, addrs)
+	}
 	var reps []replica
 	for i := range o.replicas {
 		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","),
@@ -95,8 +98,9 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		return err
 	}
 	ops := clusterOps(cl, conns)
-	ops["hotreport"] = hotReports(cl, conns[0], workers)
-	ops["hotcoalesced"] = hotReports(func(w int) cooldownv1connect.CooldownServiceClient { return ccls[w/goroutinesPerClient] }, conns[0], workers)
+	var dCoal, dDirect, cCoal, cDirect atomic.Int64 // answers of the two hot report phases
+	ops["hotreport"] = hotReports(cl, conns[0], workers, &dCoal, &dDirect)
+	ops["hotcoalesced"] = hotReports(func(w int) cooldownv1connect.CooldownServiceClient { return ccls[w/goroutinesPerClient] }, conns[0], workers, &cCoal, &cDirect)
 	var pool *workerPool
 	if !o.inproc {
 		fmt.Fprintf(os.Stderr, "starting %d client processes…\n", o.clients)
@@ -244,6 +248,8 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	}
 	batches := float64(coal.evalsha) / 2
 	keyUS := math.Max(0, (ctot.cpu*1e6-batches*(reportCPU+floorCPU))/math.Max(float64(rows[len(rows)-1].s.n), 1))
+	fmt.Printf("answers (warm-up included): applied at once %d and coalesced %d through the first replicas, %d and %d through the coalescing ones\n",
+		dDirect.Load(), dCoal.Load(), cDirect.Load(), cCoal.Load())
 	fmt.Printf("coalesced: %.0f batches in the window, Redis CPU %.1f µs per keyed report past its batch's two scripts (%.1f + %.1f µs)\n",
 		batches, keyUS, reportCPU, floorCPU)
 	var keys []string
@@ -322,8 +328,12 @@ var coalesceInterval = 250 * time.Millisecond
 // (auto would wait for one on a Cluster).
 var clusterRedisTimeout = 200 * time.Millisecond
 
+// coalesceOnly runs only the coalescing check (-coalesce-only).
+var coalesceOnly bool
+
 // addClusterFlags adds the cluster run's own flags to fs.
 func addClusterFlags(fs *flag.FlagSet) {
+	fs.BoolVar(&coalesceOnly, "coalesce-only", false, "with -cluster: only the coalescing check (coalescing replicas, keyed successes on one hot connection, the hot master's commands)")
 	fs.DurationVar(&clusterRedisTimeout, "cluster-redis-timeout", clusterRedisTimeout, "with -cluster: the replicas' --redis-timeout")
 	fs.DurationVar(&coalesceInterval, "coalesce-interval", coalesceInterval, "with -cluster: the coalescing replicas' --coalesce-interval")
 }
@@ -420,7 +430,7 @@ func clusterOps(cl func(w int) cooldownv1connect.CooldownServiceClient, conns []
 // carrying the revision its last answer named (a coalescing replica takes
 // only a report at the revision it learned), each report with an
 // idempotency key as the clients send it.
-func hotReports(cl func(w int) cooldownv1connect.CooldownServiceClient, c *cooldownv1.Connection, workers int) op {
+func hotReports(cl func(w int) cooldownv1connect.CooldownServiceClient, c *cooldownv1.Connection, workers int, coalesced, direct *atomic.Int64) op {
 	revs := make([]atomic.Uint64, workers)
 	return func(ctx context.Context, w int) error {
 		var key [16]byte
@@ -431,6 +441,11 @@ func hotReports(cl func(w int) cooldownv1connect.CooldownServiceClient, c *coold
 			HttpStatus: 200, Revision: revs[w].Load(), IdempotencyKey: base64.RawURLEncoding.EncodeToString(key[:])}))
 		if err == nil {
 			revs[w].Store(r.Msg.GetRevision())
+			if r.Msg.GetApplied() == cooldownv1.ReportApplied_REPORT_APPLIED_COALESCED {
+				coalesced.Add(1)
+			} else {
+				direct.Add(1)
+			}
 		}
 		return err
 	}
@@ -442,4 +457,53 @@ func clusterConns(n int) []*cooldownv1.Connection {
 		conns[i] = conn(fmt.Sprintf("cluster-%d", i))
 	}
 	return conns
+}
+
+// runCoalesceOnly is the coalescing check alone (-cluster -coalesce-only):
+// o.replicas replicas coalescing every -coalesce-interval on the 3-master
+// Cluster at addrs, the bench's goroutines sending keyed successes on one
+// hot connection, and the hot master's commands over the window against
+// the bound of replicas × 1/interval batches (two scripts each).
+func runCoalesceOnly(ctx context.Context, o options, ps *proctest.Group, addrs []string) error {
+	var cls []cooldownv1connect.CooldownServiceClient
+	for i := range o.replicas {
+		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-coalescing-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","),
+			"--redis-timeout", clusterRedisTimeout.String(), "--wait-replicas", "0", "--coalesce-interval", coalesceInterval.String())
+		if err != nil {
+			return err
+		}
+		cls = append(cls, cooldownv1connect.NewCooldownServiceClient(h2c(), r.url))
+	}
+	var mons []*redis.Client
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		defer func() { _ = c.Close() }()
+		mons = append(mons, c)
+	}
+	workers := o.clients * goroutinesPerClient
+	header(o, fmt.Sprintf("Redis Cluster, 3 masters; %d cooldownd replicas coalescing every %s; %d goroutines on one hot connection, keyed successes",
+		o.replicas, coalesceInterval, workers))
+	var co, di atomic.Int64
+	f := hotReports(func(w int) cooldownv1connect.CooldownServiceClient { return cls[(w/goroutinesPerClient)%len(cls)] }, clusterConns(1)[0], workers, &co, &di)
+	var r0, r1 []redisStats
+	per := func() (out []redisStats) {
+		for _, c := range mons {
+			st, _ := readRedisStats(ctx, c)
+			out = append(out, st)
+		}
+		return out
+	}
+	s := drive(ctx, workers, o.warm, o.phase, f, func() { r0 = per() }, func() { r1 = per() })
+	var hot redisStats
+	for i := range r0 {
+		if d := r1[i].sub(r0[i]); d.evalsha > hot.evalsha {
+			hot = d
+		}
+	}
+	sec := s.dur.Seconds()
+	bound := float64(o.replicas) / coalesceInterval.Seconds()
+	fmt.Printf("%.0f reports/s (errors %d; answers, warm-up included: %d coalesced, %d applied at once)\n", s.rate(), s.errs, co.Load(), di.Load())
+	fmt.Printf("the hot master: %.0f scripts/s, %.0f commands/s (%.2f scripts per report); bound %.0f batches/s × 2 scripts = %.0f scripts/s; Redis CPU %.1f µs per report\n",
+		float64(hot.evalsha)/sec, float64(hot.calls)/sec, float64(hot.evalsha)/math.Max(float64(s.n), 1), bound, 2*bound, hot.cpu*1e6/math.Max(float64(s.n), 1))
+	return nil
 }
