@@ -163,7 +163,11 @@ func New(cfg Config) (*Worker, error) {
 		client.WithLocalPolicy(cfg.Policy), client.WithFailMode(client.FailOpen),
 		client.WithMaxRetries(cfg.MaxRetries), client.WithBackoff(cfg.BackoffBase, cfg.BackoffCap),
 		client.WithAdmitTimeout(cfg.AdmitTimeout), client.WithRules(w.rules), client.WithLogger(log),
-		client.WithHTTPClient(w.wire))
+		client.WithHTTPClient(w.wire),
+		// The storm checks the fleet rules call by call (one probe in
+		// flight, the lease): without the mirror, whose local admits
+		// follow another process's trip one watch event later.
+		client.WithoutMirror())
 	if err != nil {
 		return nil, err
 	}
