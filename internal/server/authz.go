@@ -104,6 +104,9 @@ func withCallInfo(ctx context.Context) (context.Context, *callInfo) {
 // identity returns the caller that the auth interceptor authenticated. Every
 // handler runs behind it, so a missing identity is a wiring bug.
 func identity(ctx context.Context) Identity {
+	if ci, ok := ctx.Value(callInfoKey{}).(*callInfo); ok && ci.authd {
+		return ci.who
+	}
 	who, _ := ctx.Value(identityKey{}).(Identity)
 	return who
 }
@@ -119,7 +122,8 @@ func (i authInterceptor) check(ctx context.Context, procedure string, h http.Hea
 	if err != nil {
 		return ctx, err
 	}
-	if ci, ok := ctx.Value(callInfoKey{}).(*callInfo); ok {
+	ci, hasCI := ctx.Value(callInfoKey{}).(*callInfo)
+	if hasCI {
 		ci.who, ci.authd = who, true
 	}
 	grants, known := procedureRoles[procedure]
@@ -131,6 +135,11 @@ func (i authInterceptor) check(ctx context.Context, procedure string, h http.Hea
 	}
 	if !who.AllTenants() {
 		i.s.metrics.noteTenant(who.Tenant)
+	}
+	if hasCI {
+		// The call's info holds it already (identity reads it there): no
+		// context (and no boxed Identity) per call.
+		return ctx, nil
 	}
 	return context.WithValue(ctx, identityKey{}, who), nil
 }

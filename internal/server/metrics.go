@@ -56,7 +56,13 @@ type Metrics struct {
 	redis       *prometheus.HistogramVec
 	listErrors  prometheus.Counter
 
-	mu       sync.Mutex
+	// The children of the vectors every healthy call touches, by key.
+	rpcBy     *children[rpcKey, prometheus.Observer]
+	admitsBy  *children[admitKey, prometheus.Counter]
+	shadowBy  *children[breaker.DenyReason, prometheus.Counter]
+	reportsBy *children[reportKey, prometheus.Counter]
+
+	mu       sync.RWMutex
 	tenants  map[string]struct{}
 	tenantsV int // bumped when a tenant is added
 	attached bool
@@ -111,6 +117,25 @@ func newMetrics(version, revision string) *Metrics {
 	if revision == "" {
 		revision = "unknown"
 	}
+	m.rpcBy = newChildren(func(k rpcKey) prometheus.Observer { return m.rpc.WithLabelValues(k.procedure, k.code) })
+	m.admitsBy = newChildren(func(k admitKey) prometheus.Counter {
+		// Label values are the breaker's names (retry_budget and throttled
+		// for the fleet rules); an admit that was not denied has an empty
+		// reason, as the series always had, also when shadow mode allowed it.
+		reason := ""
+		if k.reason != breaker.ReasonNone {
+			reason = k.reason.String()
+		}
+		return m.admits.WithLabelValues(k.decision.String(), reason)
+	})
+	m.shadowBy = newChildren(func(r breaker.DenyReason) prometheus.Counter { return m.shadowed.WithLabelValues(r.String()) })
+	m.reportsBy = newChildren(func(k reportKey) prometheus.Counter {
+		a := "false"
+		if k.accepted {
+			a = "true"
+		}
+		return m.reports.WithLabelValues(k.outcome.String(), a)
+	})
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "cooldownd_build_info", Help: "Always 1; the labels say which build of cooldownd this replica runs.",
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision},
@@ -123,25 +148,14 @@ func newMetrics(version, revision string) *Metrics {
 }
 
 func (m *Metrics) admit(d store.Decision) {
-	// Label values are the breaker's names (retry_budget and throttled for
-	// the fleet rules); an admit that was not denied has an empty reason,
-	// as the series always had, also when shadow mode allowed it.
-	reason := ""
-	if d.Reason != breaker.ReasonNone {
-		reason = d.Reason.String()
-	}
-	m.admits.WithLabelValues(d.Decision.String(), reason).Inc()
+	m.admitsBy.get(admitKey{d.Decision, d.Reason}).Inc()
 	if d.Shadowed != breaker.ReasonNone {
-		m.shadowed.WithLabelValues(d.Shadowed.String()).Inc()
+		m.shadowBy.get(d.Shadowed).Inc()
 	}
 }
 
 func (m *Metrics) report(o breaker.Outcome, accepted bool) {
-	a := "false"
-	if accepted {
-		a = "true"
-	}
-	m.reports.WithLabelValues(o.String(), a).Inc()
+	m.reportsBy.get(reportKey{o, accepted}).Inc()
 }
 
 // redisOps are the op label values of cooldownd_redis_duration_seconds;
@@ -219,6 +233,12 @@ func (s *Server) apiMetricsHandler() http.Handler {
 // noteTenant remembers a tenant for the connections gauge, up to
 // maxMetricTenants.
 func (m *Metrics) noteTenant(tenant string) {
+	m.mu.RLock()
+	_, known := m.tenants[tenant]
+	m.mu.RUnlock()
+	if known {
+		return // every call of a tenant after its first: no exclusive lock
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.tenants[tenant]; !ok && len(m.tenants) < maxMetricTenants {
@@ -256,7 +276,7 @@ func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc 
 		res, err := next(ctx, req)
 		code := codeOf(err)
 		took := i.s.now().Sub(start)
-		observe(ctx, m.rpc.WithLabelValues(req.Spec().Procedure, code), took.Seconds())
+		observe(ctx, m.rpcBy.get(rpcKey{req.Spec().Procedure, code}), took.Seconds())
 		i.s.accessLog(ctx, req.Spec().Procedure, code, took, ci, req.Any())
 		if err == nil && res != nil {
 			m.count(req.Any(), res.Any())

@@ -369,6 +369,12 @@ func BenchmarkRPCPath(b *testing.B) {
 				b.ReportMetric(f.bytes/n, k+"-srv-B")
 				cpus = append(cpus, f.cpu/n)
 			}
+			if cpus[0] == 0 || cpus[1] == 0 {
+				// COOLDOWND_RPCPATH_ONLY left the floors out: no ratio.
+				lines = append(lines, fmt.Sprintf("%-6s %-6s cooldownd %6.1f µs (%.0f allocs, %.0f B)", proto, op, cpus[2],
+					sum[proto+"/"+op+"/cooldownd"].allocs/n, sum[proto+"/"+op+"/cooldownd"].bytes/n))
+				continue
+			}
 			b.ReportMetric(cpus[2]/cpus[0], proto+"/"+op+"/x-floor")
 			b.ReportMetric(cpus[2]/cpus[1], proto+"/"+op+"/x-floor+redis")
 			lines = append(lines, fmt.Sprintf("%-6s %-6s floor %6.1f µs  floor+redis %6.1f µs  cooldownd %6.1f µs (%.2f× floor, %.2f× floor+redis; %.0f allocs, %.0f B)",

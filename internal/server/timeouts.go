@@ -39,15 +39,10 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			w = &stallGuard{ResponseWriter: w, rc: http.NewResponseController(w), d: s.streamTO}
 		}
 		if s.bodyTO > 0 && r.Body != nil && r.Body != http.NoBody {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(s.bodyTO)) == nil {
-				b := &deadlineBody{ReadCloser: r.Body, timeout: s.bodyTO, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
-				if r.ProtoMajor == 1 {
-					// Connect answers before the body is drained: close the
-					// connection with that answer rather than keep it alive
-					// (an HTTP/2 stream is reset on its own).
-					b.expired = func() { w.Header().Set("Connection", "close") }
-				}
+			// One allocation: the body holds its controller (no closures).
+			b := &deadlineBody{ReadCloser: r.Body, timeout: s.bodyTO, w: w, h1: r.ProtoMajor == 1}
+			b.rc = http.NewResponseController(w)
+			if b.rc.SetReadDeadline(time.Now().Add(s.bodyTO)) == nil {
 				r.Body = b
 			}
 		}
@@ -55,15 +50,22 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-// deadlineBody lifts the read deadline when the body ends, and calls
-// expired (if set) when the deadline cut the body off.
+// deadlineBody lifts the read deadline when the body ends; on HTTP/1.1
+// (h1) it marks the answer Connection: close when the deadline cut the
+// body off: Connect answers before the body is drained, and the
+// connection must not be kept alive with the rest unread (an HTTP/2
+// stream is reset on its own).
 type deadlineBody struct {
 	io.ReadCloser
 	timeout time.Duration
 	once    sync.Once
-	lift    func()
-	expired func()
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	h1      bool
 }
+
+func (b *deadlineBody) lift()    { _ = b.rc.SetReadDeadline(time.Time{}) }
+func (b *deadlineBody) expired() { b.w.Header().Set("Connection", "close") }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
@@ -71,7 +73,7 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	case errors.Is(err, io.EOF):
 		b.once.Do(b.lift)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		if b.expired != nil {
+		if b.h1 {
 			b.once.Do(b.expired)
 		}
 		// Say what happened, not which sockets it happened on.
