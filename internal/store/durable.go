@@ -108,18 +108,18 @@ func (s *Store) wallNow() time.Time {
 // WAIT itself failed (the connection broke): whether the write is on any
 // replica is unknown.
 //
-// A call that wrote nothing never waits; while the replicas are short (a
-// WAIT came up short and none has been acknowledged since) it is answered
-// NotReplicated too: what it read may be a write a failover loses (in a
-// manual failover the demoted master serves the writes its promoted
-// replica never got until the clients move), so its answer is no firmer
-// than the writes'.
-func (s *Store) awaitReplicas(ctx context.Context, sc processor, wrote bool) (Replication, error) {
+// A call that wrote nothing never waits; it is answered NotReplicated too
+// while the replicas are short (a WAIT came up short and none has been
+// acknowledged since) or when what it read is fresh (see freshWrite):
+// what it read may be a write a failover loses (in a manual failover the
+// demoted master serves the writes its promoted replica never got until
+// the clients move), so its answer is no firmer than the writes'.
+func (s *Store) awaitReplicas(ctx context.Context, sc processor, wrote, fresh bool) (Replication, error) {
 	if s.durable.Replicas <= 0 {
 		return ReplicationNone, nil
 	}
 	if !wrote {
-		if s.shortUntil.Load() != 0 {
+		if fresh || s.shortUntil.Load() != 0 {
 			return NotReplicated, nil
 		}
 		return ReplicationNone, nil
@@ -157,6 +157,28 @@ func (s *Store) awaitReplicas(ctx context.Context, sc processor, wrote bool) (Re
 		slog.Info("store: replicas acknowledge transitions again", "want", s.durable.Replicas)
 	}
 	return Replicated, nil
+}
+
+// freshWrite reports, with Durability on, whether a call that read a
+// state last moved at writtenAt (a transition or a probe grant, Unix ms)
+// answers at now (the same script clock) within the time its writer may
+// still be waiting for the replicas, and the other processes' replica
+// poll may not have seen them short: two WAIT timeouts and two polls. A
+// call that wrote nothing cannot WAIT for another call's write (WAIT
+// covers the connection's own writes) and a denial must not wait, so such
+// an answer is NotReplicated. Without it, a call whose script ran just
+// after a transition's, answered before that transition's WAIT came up
+// short, was answered as if firm, and a failover then lost what it had
+// read (a chaos run's stale accepts: decision 0057).
+func (s *Store) freshWrite(now, writtenAt int64) bool {
+	if s.durable.Replicas <= 0 || writtenAt <= 0 {
+		return false
+	}
+	timeout := s.durable.Timeout
+	if timeout <= 0 {
+		timeout = DefaultReplicaTimeout
+	}
+	return now-writtenAt < (2*timeout + 2*replicaPoll).Milliseconds()
 }
 
 // shortOfReplicas is when (unix ns) the latest WAIT that came up short

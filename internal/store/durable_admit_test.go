@@ -76,7 +76,9 @@ func sameOnReplica(t *testing.T, master, replica *redis.Client, c store.Conn) bo
 // unknown connection and every denial are one script call and no WAIT.
 // On the code before it no Admit waited: the grant was acknowledged while
 // the replica lacked it, and a failover lost it (two processes then held
-// the probe, the chaos run's stale accepts).
+// the probe, the chaos run's stale accepts). A denial read right after
+// the write it rests on is answered NotReplicated, still without a WAIT
+// (TestFreshReadIsNotReplicated); the table's denials come later.
 func TestDurableAdmitWaitsWhenItWrites(t *testing.T) {
 	t.Parallel()
 	master, replica, _ := replicated(t)
@@ -84,7 +86,7 @@ func TestDurableAdmitWaitsWhenItWrites(t *testing.T) {
 	master.AddHook(log)
 	clock := newTestClock()
 	p := breaker.DefaultPolicy()
-	p.LeaseTTL = 10 * time.Second
+	p.LeaseTTL = time.Minute
 	st, err := store.New(master, store.Options{Clock: clock.Now, Policy: &p,
 		Durability: store.Durability{Replicas: 1, Timeout: 5 * time.Second}}) // the replica must answer, even on a loaded machine
 	require.NoError(t, err)
@@ -109,9 +111,11 @@ func TestDurableAdmitWaitsWhenItWrites(t *testing.T) {
 	}{
 		{name: "healthy", conn: healthy, want: breaker.Allow},
 		{name: "unknown connection", conn: store.Conn{Tenant: "t", ID: testID(3)}, want: breaker.Allow},
-		{name: "denied: cooling down", conn: opened, want: breaker.Deny, reason: breaker.ReasonCooldown},
+		// Each read comes past the fresh window of the write it reads (2
+		// timeouts and 2 polls: 10.05 s).
+		{name: "denied: cooling down", conn: opened, advance: 20 * time.Second, want: breaker.Deny, reason: breaker.ReasonCooldown},
 		{name: "open ended: half-open, probe granted", conn: opened, advance: time.Hour, want: breaker.AllowProbe, wrote: true},
-		{name: "denied: probe in flight", conn: opened, want: breaker.Deny, reason: breaker.ReasonProbeInFlight},
+		{name: "denied: probe in flight", conn: opened, advance: 20 * time.Second, want: breaker.Deny, reason: breaker.ReasonProbeInFlight},
 		{name: "lapsed lease: its slot granted again", conn: opened, advance: p.LeaseTTL + time.Second, want: breaker.AllowProbe, wrote: true},
 	} {
 		// Sequential: each case starts from the state the one before left.

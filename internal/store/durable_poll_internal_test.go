@@ -40,7 +40,7 @@ func TestPollMarksReplicasShort(t *testing.T) {
 	ctx := context.Background()
 
 	st.pollReplicas(ctx)
-	repl, err := st.awaitReplicas(ctx, nil, false)
+	repl, err := st.awaitReplicas(ctx, nil, false, false)
 	require.NoError(t, err)
 	assert.Equal(t, ReplicationNone, repl, "the replica is connected: a call that wrote nothing says nothing")
 
@@ -50,7 +50,7 @@ func TestPollMarksReplicasShort(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	st.pollReplicas(ctx)
-	repl, err = st.awaitReplicas(ctx, nil, false)
+	repl, err = st.awaitReplicas(ctx, nil, false, false)
 	require.NoError(t, err)
 	assert.Equal(t, NotReplicated, repl, "the master has no replica: what it read may be lost")
 	d, err := st.Admit(ctx, Conn{Tenant: "t", ID: keys.ID{1}})

@@ -110,7 +110,7 @@ func (s *Store) AdmitFirst(ctx context.Context, cands []Conn) (int, []Decision, 
 			err = unavailable("admit", err)
 		} else {
 			s.scheduleAdmitted(ctx, cands, out)
-			repl, err = s.awaitReplicas(ctx, sc, admitWrote(out))
+			repl, err = s.awaitReplicas(ctx, sc, admitWrote(out), s.admitFresh(out))
 		}
 		release()
 	} else {
@@ -162,6 +162,17 @@ func (s *Store) scheduleAdmitted(ctx context.Context, cands []Conn, out []admitt
 
 // admitWrote reports whether any decided candidate's script wrote what
 // a failover must not lose (see Decision.wrote).
+// admitFresh reports whether a candidate's verdict rests on a write so
+// recent that it may not have reached the replicas (see freshWrite).
+func (s *Store) admitFresh(out []admitted) bool {
+	for _, a := range out {
+		if s.freshWrite(a.Now.UnixMilli(), a.writtenAt) {
+			return true
+		}
+	}
+	return false
+}
+
 func admitWrote(out []admitted) bool {
 	for _, a := range out {
 		if a.wrote() {
@@ -174,8 +185,9 @@ func admitWrote(out []admitted) bool {
 // admitted is one candidate's part of admit.lua's reply.
 type admitted struct {
 	Decision
-	exists bool
-	wake   int64
+	exists    bool
+	wake      int64
+	writtenAt int64 // CANDIDATE_REPLY's written_at (Unix ms)
 }
 
 // oneScript reports whether one script can admit all of cands: always
@@ -243,7 +255,7 @@ func (a admitCmd) decode() ([]admitted, error) {
 		if d.Decision == breaker.AllowProbe {
 			d.LeaseExpires = time.UnixMilli(c.LeaseExpires)
 		}
-		out = append(out, admitted{Decision: d, exists: c.Exists, wake: c.Wake})
+		out = append(out, admitted{Decision: d, exists: c.Exists, wake: c.Wake, writtenAt: c.WrittenAt})
 	}
 	if r.err == nil && n < 1 {
 		r.err = fmt.Errorf("store: admit decided %d candidates", n)
@@ -337,7 +349,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	p := s.connPolicy(c)
 	l := c.layout()
 	res := ReportResult{Shadow: p.Shadow}
-	var wake int64
+	var wake, writtenAt int64
 	sc, release := s.durableConn(ctx, l) // s.rdb unless Options.Durability
 	defer release()
 	ks := connKeys(l)
@@ -363,7 +375,7 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		res.Accepted, res.Changed, res.Created = x.Accepted, x.Changed, x.Created
 		res.Revision, res.Phase, res.Now = uint64(x.Revision), breaker.Phase(x.Phase), time.UnixMilli(x.Now)
 		res.ThrottleProbability, res.Events = x.Throttle, x.Events
-		wake = x.Wake
+		wake, writtenAt = x.Wake, x.WrittenAt
 		if r.err != nil {
 			return 0, unavailable("report", r.err)
 		}
@@ -376,7 +388,8 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	// acknowledge was applied on the master all the same, and its open
 	// must end on time.
 	s.scheduled(ctx, c.Tenant, l, len(res.Events), wake)
-	if res.Durability, err = s.awaitReplicas(ctx, sc, len(res.Events) > 0); err != nil {
+	fresh := s.freshWrite(res.Now.UnixMilli(), writtenAt)
+	if res.Durability, err = s.awaitReplicas(ctx, sc, len(res.Events) > 0, fresh); err != nil {
 		return ReportResult{}, err
 	}
 	return res, nil

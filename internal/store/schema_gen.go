@@ -139,8 +139,9 @@ var luaConstants = map[string]string{
 	"CANDIDATE_AT.shadowed":           "11",
 	"CANDIDATE_AT.shadow_retry_after": "12",
 	"CANDIDATE_AT.throttle":           "13",
-	"CANDIDATE_AT.events":             "14",
-	"CANDIDATE_REPLY":                 "{'decision', 'reason', 'retry_after', 'revision', 'phase', 'lease_token', 'lease_expires', 'lease_expired', 'exists', 'wake', 'shadowed', 'shadow_retry_after', 'throttle'}",
+	"CANDIDATE_AT.written_at":         "14",
+	"CANDIDATE_AT.events":             "15",
+	"CANDIDATE_REPLY":                 "{'decision', 'reason', 'retry_after', 'revision', 'phase', 'lease_token', 'lease_expires', 'lease_expired', 'exists', 'wake', 'shadowed', 'shadow_retry_after', 'throttle', 'written_at'}",
 	"REPORT_AT.status":                "1",
 	"REPORT_AT.accepted":              "2",
 	"REPORT_AT.changed":               "3",
@@ -150,8 +151,9 @@ var luaConstants = map[string]string{
 	"REPORT_AT.now":                   "7",
 	"REPORT_AT.wake":                  "8",
 	"REPORT_AT.throttle":              "9",
-	"REPORT_AT.events":                "10",
-	"REPORT_REPLY":                    "{'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake', 'throttle'}",
+	"REPORT_AT.written_at":            "10",
+	"REPORT_AT.events":                "11",
+	"REPORT_REPLY":                    "{'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake', 'throttle', 'written_at'}",
 	"EXTEND_AT.slot":                  "1",
 	"EXTEND_AT.expires":               "2",
 	"EXTEND_AT.now":                   "3",
@@ -170,7 +172,7 @@ var luaConstants = map[string]string{
 	"FORCE_AT.state":                  "4",
 	"FORCE_AT.events":                 "5",
 	"FORCE_REPLY":                     "{'status', 'exists', 'wake', 'state'}",
-	"REMEMBER_FORMAT":                 "'%s|%d,%d,%d,%d,%d,%d,%d,%d,%s,%d'",
+	"REMEMBER_FORMAT":                 "'%s|%d,%d,%d,%d,%d,%d,%d,%d,%s,%d,%d'",
 }
 
 // The scripts' codes that the store reads (schema.lua's STATUS, FORCE, ADMIT, TENANT).
@@ -292,6 +294,7 @@ type candidateReply struct {
 	Shadowed         int64
 	ShadowRetryAfter int64
 	Throttle         float64
+	WrittenAt        int64
 	Events           []breaker.Event
 }
 
@@ -310,22 +313,24 @@ func (r *reply) candidateReply() (x candidateReply) {
 	x.Shadowed = r.int()
 	x.ShadowRetryAfter = r.int()
 	x.Throttle = r.prob()
+	x.WrittenAt = r.int()
 	x.Events = r.events()
 	return x
 }
 
 // reportReply is report.lua's REPORT_REPLY, then its transitions.
 type reportReply struct {
-	Status   int64
-	Accepted bool
-	Changed  bool
-	Created  bool
-	Revision int64
-	Phase    int64
-	Now      int64
-	Wake     int64
-	Throttle float64
-	Events   []breaker.Event
+	Status    int64
+	Accepted  bool
+	Changed   bool
+	Created   bool
+	Revision  int64
+	Phase     int64
+	Now       int64
+	Wake      int64
+	Throttle  float64
+	WrittenAt int64
+	Events    []breaker.Event
 }
 
 // reportReply reads a reportReply.
@@ -339,6 +344,7 @@ func (r *reply) reportReply() (x reportReply) {
 	x.Now = r.int()
 	x.Wake = r.int()
 	x.Throttle = r.prob()
+	x.WrittenAt = r.int()
 	x.Events = r.events()
 	return x
 }

@@ -124,7 +124,7 @@ for k = 1, #KEYS / 2 do
   end
   if #events > 0 or counted then save(s) end
   if #events > 0 then emit(s) end
-  r.revision, r.phase, r.wake = s.revision, s.phase, 0
+  r.revision, r.phase, r.wake, r.written_at = s.revision, s.phase, 0, written_at(s)
   if #events > 0 then r.wake = wake(s) end
   r.throttle = '0'
   if s.phase == PHASE.CLOSED and s.override == OVERRIDE.NONE then r.throttle = string.format('%.17g', throttle_prob(s)) end

@@ -23,14 +23,14 @@ do
     local _, _, _, fleet_window, budget_bp, throttle_k, shadow = string.match(ARGV[base], POLICY_HEAD)
     if ARGV[base + 4] == '1' and budget_bp ~= '0' then break end
     local throttle = throttle_k ~= '0'
-    local phase, ov, rv, ou, cause, fs, fpq, fcq, fpa, fca
+    local phase, ov, rv, ou, cause, cat, fs, fpq, fcq, fpa, fca
     if throttle then
-      phase, ov, rv, ou, cause, fs, fpq, fcq, fpa, fca = unpack(redis.call('HMGET', KEYS[2 * k - 1], FIELD.phase,
-        FIELD.override, FIELD.revision, FIELD.open_until, FIELD.cause, FIELD.fleet_start, FIELD.prev_requests,
-        FIELD.cur_requests, FIELD.prev_accepts, FIELD.cur_accepts))
+      phase, ov, rv, ou, cause, cat, fs, fpq, fcq, fpa, fca = unpack(redis.call('HMGET', KEYS[2 * k - 1], FIELD.phase,
+        FIELD.override, FIELD.revision, FIELD.open_until, FIELD.cause, FIELD.changed_at, FIELD.fleet_start,
+        FIELD.prev_requests, FIELD.cur_requests, FIELD.prev_accepts, FIELD.cur_accepts))
     else
-      phase, ov, rv, ou, cause = unpack(redis.call('HMGET', KEYS[2 * k - 1], FIELD.phase, FIELD.override,
-        FIELD.revision, FIELD.open_until, FIELD.cause))
+      phase, ov, rv, ou, cause, cat = unpack(redis.call('HMGET', KEYS[2 * k - 1], FIELD.phase, FIELD.override,
+        FIELD.revision, FIELD.open_until, FIELD.cause, FIELD.changed_at))
     end
     phase, ou = tonumber(phase), tonumber(ou) or 0
     if (tonumber(ov) or 0) ~= OVERRIDE.NONE or not (phase == PHASE.CLOSED or (phase == PHASE.OPEN and now < ou)) then break end
@@ -71,6 +71,9 @@ do
     out[n + CANDIDATE_AT.lease_expired], out[n + CANDIDATE_AT.exists], out[n + CANDIDATE_AT.wake] = 0, 1, 0
     out[n + CANDIDATE_AT.shadowed], out[n + CANDIDATE_AT.shadow_retry_after] = REASON.NONE, 0
     out[n + CANDIDATE_AT.throttle], out[n + CANDIDATE_AT.events] = '0', 0
+    -- No lease on this path: the last write the verdict rests on is the
+    -- last transition.
+    out[n + CANDIDATE_AT.written_at] = tonumber(cat) or 0
     n = n + CANDIDATE_AT.events
     out[ADMIT_AT.decided] = k
     if decision == DECISION.ALLOW or k == cands then return out end

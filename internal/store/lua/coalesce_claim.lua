@@ -36,6 +36,8 @@ out[REPORT_AT.status], out[REPORT_AT.accepted], out[REPORT_AT.changed], out[REPO
 out[REPORT_AT.revision], out[REPORT_AT.phase], out[REPORT_AT.now], out[REPORT_AT.wake] =
   tonumber(revision), PHASE.CLOSED, now, 0
 out[REPORT_AT.throttle], out[REPORT_AT.events] = throttle, 0
+-- The replica answered from what it learned, not from a read of a write.
+out[REPORT_AT.written_at] = 0
 local claimed = {}
 for i, key in ipairs(KEYS) do
   local said = OUTCOME.SUCCESS .. ':' .. revision .. ':' .. ARGV[5 + i] .. ':' .. retry

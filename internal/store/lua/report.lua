@@ -19,7 +19,7 @@ bind(1, 2)
 local s = load()
 if not may_create(s, tonumber(ARGV[13]), tonumber(ARGV[14])) then
   return reply(REPORT_REPLY, {status = STATUS.UNREGISTERED, accepted = 0, changed = 0, created = 0, revision = 0,
-    phase = s.phase, now = now, wake = 0, throttle = '0'})
+    phase = s.phase, now = now, wake = 0, throttle = '0', written_at = 0})
 end
 local created = not s.exists
 settle(s)
@@ -122,4 +122,4 @@ local throttle = '0'
 if s.phase == PHASE.CLOSED and s.override == OVERRIDE.NONE then throttle = string.format('%.17g', throttle_prob(s)) end
 return remember(reply(REPORT_REPLY, {status = STATUS.APPLIED, accepted = accepted and 1 or 0,
   changed = (#events > before) and 1 or 0, created = created and 1 or 0, revision = s.revision, phase = s.phase,
-  now = now, wake = wake(s), throttle = throttle}))
+  now = now, wake = wake(s), throttle = throttle, written_at = written_at(s)}))

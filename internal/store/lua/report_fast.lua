@@ -38,6 +38,10 @@ local function replay(seen)
     -- REPORT_REPLY's throttle is a string.
     if i == REPORT_AT.throttle then out[i] = x else out[i] = tonumber(x) end
   end
+  -- A reply remembered before written_at existed has one field less:
+  -- its length past REPORT_REPLY's fields and the events' count is then
+  -- not a multiple of an event's 3 values.
+  if (i - #REPORT_REPLY - 1) % 3 ~= 0 then table.insert(out, REPORT_AT.written_at, 0) end
   out[REPORT_AT.status] = STATUS.REPLAYED
   return out
 end
@@ -75,26 +79,26 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
   -- only for the rules that are on; the others' current counts only when
   -- the window rotates.
   local phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
-    window_start, cur_calls, expires_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
+    window_start, cur_calls, expires_at, changed_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
     cur_accepts
   if throttle then
     phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
-      window_start, cur_calls, expires_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
+      window_start, cur_calls, expires_at, changed_at, fleet_start, cur_firsts, prev_requests, cur_requests, prev_accepts,
       cur_accepts = unpack(redis.call('HMGET', S, FIELD.phase, FIELD.override, FIELD.revision, FIELD.successes,
         FIELD.consecutive, FIELD.last_status, FIELD.last_outcome, FIELD.last_error, FIELD.label,
-        FIELD.window_start, FIELD.cur_calls, FIELD.expires_at, FIELD.fleet_start, FIELD.cur_firsts,
+        FIELD.window_start, FIELD.cur_calls, FIELD.expires_at, FIELD.changed_at, FIELD.fleet_start, FIELD.cur_firsts,
         FIELD.prev_requests, FIELD.cur_requests, FIELD.prev_accepts, FIELD.cur_accepts))
   elseif fleet then
     phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
-      window_start, cur_calls, expires_at, fleet_start, cur_firsts = unpack(redis.call('HMGET', S, FIELD.phase,
+      window_start, cur_calls, expires_at, changed_at, fleet_start, cur_firsts = unpack(redis.call('HMGET', S, FIELD.phase,
         FIELD.override, FIELD.revision, FIELD.successes, FIELD.consecutive, FIELD.last_status,
         FIELD.last_outcome, FIELD.last_error, FIELD.label, FIELD.window_start, FIELD.cur_calls,
-        FIELD.expires_at, FIELD.fleet_start, FIELD.cur_firsts))
+        FIELD.expires_at, FIELD.changed_at, FIELD.fleet_start, FIELD.cur_firsts))
   else
     phase, override, revision, successes, consecutive, last_status, last_outcome, last_error, label,
-      window_start, cur_calls, expires_at = unpack(redis.call('HMGET', S, FIELD.phase, FIELD.override,
+      window_start, cur_calls, expires_at, changed_at = unpack(redis.call('HMGET', S, FIELD.phase, FIELD.override,
         FIELD.revision, FIELD.successes, FIELD.consecutive, FIELD.last_status, FIELD.last_outcome,
-        FIELD.last_error, FIELD.label, FIELD.window_start, FIELD.cur_calls, FIELD.expires_at))
+        FIELD.last_error, FIELD.label, FIELD.window_start, FIELD.cur_calls, FIELD.expires_at, FIELD.changed_at))
   end
   revision = revision or '0'
   -- The stored strings are compared as strings: a phase of '1' is closed.
@@ -249,6 +253,9 @@ if ARGV[7] == '1' and ARGV[6] == '' and tonumber(ARGV[8]) <= 0 then
     out[REPORT_AT.revision], out[REPORT_AT.phase], out[REPORT_AT.now], out[REPORT_AT.wake] =
       tonumber(revision), PHASE.CLOSED, now, xp
     out[REPORT_AT.throttle], out[REPORT_AT.events] = prob, 0
+    -- No lease and no transition here: the last write this answer rests on
+    -- is the last transition.
+    out[REPORT_AT.written_at] = tonumber(changed_at) or 0
     if REPORT_KEY then
       -- Remembered unless already there (what remembered(out) writes, in
       -- one format); nothing is written before.

@@ -164,9 +164,10 @@ CANDIDATE_AT = {
   shadowed = 11,
   shadow_retry_after = 12,
   throttle = 13,
-  events = 14,
+  written_at = 14,
+  events = 15,
 }
-CANDIDATE_REPLY = {'decision', 'reason', 'retry_after', 'revision', 'phase', 'lease_token', 'lease_expires', 'lease_expired', 'exists', 'wake', 'shadowed', 'shadow_retry_after', 'throttle'}
+CANDIDATE_REPLY = {'decision', 'reason', 'retry_after', 'revision', 'phase', 'lease_token', 'lease_expires', 'lease_expired', 'exists', 'wake', 'shadowed', 'shadow_retry_after', 'throttle', 'written_at'}
 REPORT_AT = {
   status = 1,
   accepted = 2,
@@ -177,9 +178,10 @@ REPORT_AT = {
   now = 7,
   wake = 8,
   throttle = 9,
-  events = 10,
+  written_at = 10,
+  events = 11,
 }
-REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake', 'throttle'}
+REPORT_REPLY = {'status', 'accepted', 'changed', 'created', 'revision', 'phase', 'now', 'wake', 'throttle', 'written_at'}
 EXTEND_AT = {
   slot = 1,
   expires = 2,
@@ -204,7 +206,7 @@ FORCE_AT = {
   events = 5,
 }
 FORCE_REPLY = {'status', 'exists', 'wake', 'state'}
-REMEMBER_FORMAT = '%s|%d,%d,%d,%d,%d,%d,%d,%d,%s,%d'
+REMEMBER_FORMAT = '%s|%d,%d,%d,%d,%d,%d,%d,%d,%s,%d,%d'
 ]==]
 
 -- What runs: the state hash's fields, as load and save walk them:

@@ -194,11 +194,11 @@ func Replies() []Reply {
 		{Name: "candidate", Script: "admit.lua", Events: true, Fields: []Field{
 			{"decision", Int}, {"reason", Int}, {"retry_after", Int}, {"revision", Int}, {"phase", Int},
 			{"lease_token", Str}, {"lease_expires", Int}, {"lease_expired", Bool}, {"exists", Bool}, {"wake", Int},
-			{"shadowed", Int}, {"shadow_retry_after", Int}, {"throttle", Prob},
+			{"shadowed", Int}, {"shadow_retry_after", Int}, {"throttle", Prob}, {"written_at", Int},
 		}},
 		{Name: "report", Script: "report.lua", Events: true, Fields: []Field{
 			{"status", Int}, {"accepted", Bool}, {"changed", Bool}, {"created", Bool}, {"revision", Int},
-			{"phase", Int}, {"now", Int}, {"wake", Int}, {"throttle", Prob},
+			{"phase", Int}, {"now", Int}, {"wake", Int}, {"throttle", Prob}, {"written_at", Int},
 		}},
 		{Name: "extend", Script: "extend.lua", Events: true, Fields: []Field{
 			{"slot", Int}, {"expires", Int}, {"now", Int}, {"wake", Int},

@@ -16,5 +16,18 @@ local function append_reply(out, names, r)
   return out
 end
 
+-- written_at is when the state an answer rests on was last moved (Unix ms,
+-- the script's clock): its last transition, or a live probe lease's grant
+-- when later. With Durability the store answers a call that wrote nothing
+-- NOT_REPLICATED while that is recent: the write it read may not have
+-- reached the replicas yet (durable.go's freshWrites).
+local function written_at(s)
+  local at = s.changed_at or 0
+  for _, l in ipairs(s.leases) do
+    if l.granted > at then at = l.granted end
+  end
+  return at
+end
+
 -- reply is a script's whole reply: append_reply to nothing.
 local function reply(names, r) return append_reply({}, names, r) end
