@@ -120,10 +120,17 @@ func leases(g []Op) []lease {
 				l.end = min(l.end, x.Call)
 			}
 		}
-		// Every transition ends the leases of the revision before it.
+		// Every transition ends the leases of the revision before it. One
+		// seen only by answers NOT_REPLICATED may be a write a failover
+		// loses (the demoted master serves what it took after the
+		// promotion while the promoted one grants on the revision before):
+		// it may have ended the lease (end) or not (last).
 		for _, x := range g {
 			if x.OK() && x.Kind != Get && x.Res.ServerTime >= l.start && x.Res.Revision > o.Res.Revision {
-				l.end, l.last = min(l.end, x.Res.ServerTime), min(l.last, x.Res.ServerTime)
+				l.end = min(l.end, x.Res.ServerTime)
+				if !x.Res.NotReplicated {
+					l.last = min(l.last, x.Res.ServerTime)
+				}
 			}
 		}
 		out = append(out, l)

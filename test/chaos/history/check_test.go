@@ -307,3 +307,48 @@ func TestNotReplicatedGrantMayBeLost(t *testing.T) {
 		})
 	}
 }
+
+// TestNotReplicatedRevisionEndsNoLeaseForADenial: a read answered
+// NOT_REPLICATED may come from writes a failover loses (the demoted master
+// serves reads of what it took after the promotion), so a higher revision
+// it shows does not end a lease granted on the promoted master, and a
+// probe-in-flight denial inside that lease is consistent. A chaos run
+// failed on it: from a process whose cooldownds stood on both masters for
+// a moment, an Admit read revision 592 from the old master 0 ms after
+// another granted a probe of revision 589 on the new one, and the denials
+// leaning on that grant were flagged. With the read answered replicated
+// the revision is firm, the lease ended, and the denial is flagged (the
+// checker still catches a denial with no live lease).
+func TestNotReplicatedRevisionEndsNoLeaseForADenial(t *testing.T) {
+	t.Parallel()
+	const conn, at = "c4", int64(4_000_000)
+	grant := Op{Process: 1, ID: 1, Kind: Admit, Conn: conn, Call: at - 2, Return: at + 2,
+		Res: Result{ServerTime: at, Decision: int(breaker.AllowProbe), Revision: 589, Phase: int(breaker.HalfOpen),
+			LeaseToken: fmt.Sprintf("589.0.%d.n1", at), LeaseExp: at + 1000, NotReplicated: true}}
+	denied := Op{Process: 3, ID: 1, Kind: Admit, Conn: conn, Call: at + 40, Return: at + 42,
+		Res: Result{ServerTime: at + 41, Decision: int(breaker.Deny), Reason: int(breaker.ReasonProbeInFlight), RetryAfter: 959,
+			AvailAt: at + 1000, Revision: 589, Phase: int(breaker.HalfOpen), NotReplicated: true}}
+	for _, tc := range []struct {
+		name string
+		nrep bool
+		want int
+	}{
+		{"the higher revision read not replicated: possibly lost", true, 0},
+		{"seeded: the higher revision replicated, then a denial on the ended lease", false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			other := Op{Process: 2, ID: 1, Kind: Admit, Conn: conn, Call: at - 1, Return: at + 3,
+				Res: Result{ServerTime: at + 1, Decision: int(breaker.Deny), Reason: int(breaker.ReasonProbeInFlight), RetryAfter: 500,
+					AvailAt: at + 501, Revision: 592, Phase: int(breaker.HalfOpen), NotReplicated: tc.nrep}}
+			vs := Check([]Op{grant, other, denied}, testPolicy())
+			var flagged []Violation
+			for _, v := range vs {
+				if v.Property == "denials consistent with the state" && v.Ops[0].Process == 3 {
+					flagged = append(flagged, v)
+				}
+			}
+			require.Len(t, flagged, tc.want, "%v", vs)
+		})
+	}
+}
