@@ -204,7 +204,7 @@ func (s *Server) Handler() http.Handler {
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return s.withCORS(s.limitBody(mux))
+	return s.withCORS(s.limitBody(newWarmStacks(s.closing).warm(mux)))
 }
 
 // healthChecker reports SERVING when Redis answers within timeout.
