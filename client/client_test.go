@@ -44,6 +44,7 @@ func TestNew(t *testing.T) {
 			if tt.err == "" {
 				require.NoError(t, err)
 				assert.NotNil(t, c)
+				require.NoError(t, c.Close()) // its mirror's goroutines end with it
 				return
 			}
 			require.ErrorContains(t, err, tt.err)
@@ -62,6 +63,7 @@ func TestOptionDefaults(t *testing.T) {
 	assert.Equal(t, DefaultBackoffBase, c.cfg.backoffBase)
 	assert.Equal(t, DefaultBackoffCap, c.cfg.backoffCap)
 	assert.Equal(t, FailOpen, c.cfg.failMode)
+	require.NoError(t, c.Close())
 }
 
 func TestConnection(t *testing.T) {
