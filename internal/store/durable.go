@@ -64,6 +64,14 @@ type Durability struct {
 	Recheck time.Duration
 }
 
+// timeout is Timeout, or DefaultReplicaTimeout when unset.
+func (d Durability) timeout() time.Duration {
+	if d.Timeout > 0 {
+		return d.Timeout
+	}
+	return DefaultReplicaTimeout
+}
+
 // durableConn returns what a report's or an Admit's script runs on: with
 // Durability on, one connection to the connection's master held for the
 // call (release returns it), so that WAIT follows the script on the same
@@ -138,10 +146,7 @@ func (s *Store) awaitReplicas(ctx context.Context, sc processor, wrote, fresh bo
 			return NotReplicated, nil // short of replicas a moment ago; another report rechecks
 		}
 	}
-	timeout := s.durable.Timeout
-	if timeout <= 0 {
-		timeout = DefaultReplicaTimeout
-	}
+	timeout := s.durable.timeout()
 	n, err := conn.Wait(ctx, s.durable.Replicas, timeout).Result()
 	if err != nil {
 		return ReplicationNone, unavailable("wait for replicas", err)
@@ -174,11 +179,7 @@ func (s *Store) freshWrite(now, writtenAt int64) bool {
 	if s.durable.Replicas <= 0 || writtenAt <= 0 {
 		return false
 	}
-	timeout := s.durable.Timeout
-	if timeout <= 0 {
-		timeout = DefaultReplicaTimeout
-	}
-	return now-writtenAt < (2*timeout + 2*replicaPoll).Milliseconds()
+	return now-writtenAt < (2*s.durable.timeout() + 2*replicaPoll).Milliseconds()
 }
 
 // shortOfReplicas is when (unix ns) the latest WAIT that came up short

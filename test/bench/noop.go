@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -100,23 +99,11 @@ func startNoop(ctx context.Context, ps *proctest.Group, name, redisAddr string) 
 	if err != nil {
 		return replica{}, err
 	}
-	port, err := proctest.FreePort()
-	if err != nil {
-		return replica{}, err
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := []string{"-noop-server", addr}
-	if redisAddr != "" {
-		args = append(args, "-noop-redis", redisAddr)
-	}
-	p, err := ps.Start(name, exec.Command(exe, args...))
-	if err != nil {
-		return replica{}, err
-	}
-	r := replica{url: "http://" + addr, pid: p.Pid()}
-	if err := proctest.WaitFor(ctx, p, 10*time.Second, func() bool { return proctest.Healthy(ctx, r.url+"/healthz") }); err != nil {
-		log, _ := os.ReadFile(ps.LogPath(name))
-		return replica{}, fmt.Errorf("%s did not become ready: %w\n%s", name, err, log)
-	}
-	return r, nil
+	return startServing(ctx, ps, name, func(addr string) *exec.Cmd {
+		args := []string{"-noop-server", addr}
+		if redisAddr != "" {
+			args = append(args, "-noop-redis", redisAddr)
+		}
+		return exec.Command(exe, args...)
+	})
 }

@@ -82,13 +82,20 @@ type replica struct {
 // startCooldownd starts bin on a free loopback port (no auth: loopback)
 // with redisArgs and waits until /healthz answers.
 func startCooldownd(ctx context.Context, ps *proctest.Group, name, bin string, redisArgs ...string) (replica, error) {
+	return startServing(ctx, ps, name, func(addr string) *exec.Cmd {
+		return exec.Command(bin, append([]string{"--addr", addr, "--log-level", "warn"}, redisArgs...)...)
+	})
+}
+
+// startServing starts the command cmd returns for a free loopback address
+// and waits until its /healthz answers.
+func startServing(ctx context.Context, ps *proctest.Group, name string, cmd func(addr string) *exec.Cmd) (replica, error) {
 	port, err := proctest.FreePort()
 	if err != nil {
 		return replica{}, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args := append([]string{"--addr", addr, "--log-level", "warn"}, redisArgs...)
-	p, err := ps.Start(name, exec.Command(bin, args...))
+	p, err := ps.Start(name, cmd(addr))
 	if err != nil {
 		return replica{}, err
 	}
