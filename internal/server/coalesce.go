@@ -61,7 +61,10 @@ type coalesceStore interface {
 // go at once too, until a success's answer shows it healthy again. So
 // failures, hints, probes and transitions never wait, and the answer a
 // taken report gets (ReportResponse.applied = COALESCED, the learned
-// revision, state closed) is at most one interval and a flush old.
+// revision, state closed) is at most one interval and a flush old. A
+// report applied at once first applies the successes held for its
+// connection (settle, decision 0059): one replica's reports reach the
+// store in the order they came.
 type coalescer struct {
 	st       coalesceStore
 	log      *slog.Logger
@@ -99,6 +102,9 @@ type coalesceEntry struct {
 	// pending are the batches by retry flag (a first attempt and a retry
 	// count differently in the fleet window); nil when empty.
 	pending [2]*coalesceBatch
+	// applying, while batches taken from pending are being applied (by a
+	// flush or by settle), is closed once they are.
+	applying chan struct{}
 }
 
 // coalesceBatch is the successes taken at one revision with one retry flag.
@@ -209,135 +215,6 @@ func (e *coalesceEntry) set(healthy bool, res store.ReportResult, now time.Time)
 	e.healthy, e.rev, e.shadow, e.at, e.learned = healthy, res.Revision, res.Shadow, res.Now, now
 }
 
-// flushed is one batch's outcome, for learn.
-type flushed struct {
-	key connKey
-	b   *coalesceBatch
-	res store.CoalescedResult
-	err error
-}
-
-// flush applies every batch held (each connection's on its own, up to
-// coalesceFlushers at once) and forgets the connections that had none:
-// a connection stays learned only while its successes keep coming.
-func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
-	type job struct {
-		key   connKey
-		label string
-		b     *coalesceBatch
-	}
-	var jobs []job
-	k.mu.Lock()
-	for key, e := range k.entries {
-		if e.pending[0] == nil && e.pending[1] == nil {
-			delete(k.entries, key)
-			continue
-		}
-		for i, b := range e.pending {
-			if b != nil {
-				jobs = append(jobs, job{key, e.label, b})
-				k.keyed -= len(b.keyed)
-				e.pending[i] = nil
-			}
-		}
-	}
-	k.mu.Unlock()
-	if len(jobs) == 0 {
-		return
-	}
-	out := make(chan flushed, len(jobs))
-	work := make(chan job)
-	var wg sync.WaitGroup
-	for range min(coalesceFlushers, len(jobs)) {
-		wg.Go(func() {
-			for j := range work {
-				out <- k.apply(ctx, j.key, j.label, j.b)
-			}
-		})
-	}
-	for _, j := range jobs {
-		work <- j
-	}
-	close(work)
-	wg.Wait()
-	close(out)
-	t := now()
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for f := range out {
-		e := k.entries[f.key]
-		switch {
-		case f.err != nil:
-			// Lost (decision 0054): the batch may have been applied in
-			// part, and a second try could count it twice.
-			k.log.Warn("coalesced successes not applied", "tenant", f.key.tenant, "connection", f.key.id,
-				"revision", f.b.rev, "count", f.b.count, "keyed", len(f.b.keyed), "err", f.err)
-			if e != nil {
-				e.healthy = false
-			}
-		case f.res.Applied > 0 && e != nil:
-			e.set(f.res.Accepted && f.res.Phase == breaker.Closed && f.res.ThrottleProbability == 0, f.res.ReportResult, t)
-		}
-		if f.res.Reused > 0 {
-			k.log.Warn("coalesced success with an idempotency key already used by another report: not counted",
-				"tenant", f.key.tenant, "connection", f.key.id, "reused", f.res.Reused)
-		}
-	}
-}
-
-// apply reports one batch.
-func (k *coalescer) apply(ctx context.Context, key connKey, label string, b *coalesceBatch) flushed {
-	if k.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, k.timeout)
-		defer cancel()
-	}
-	res, err := k.st.ReportCoalesced(ctx, store.Conn{Tenant: key.tenant, ID: key.id, Label: label}, store.Coalesced{
-		Revision: b.rev, Retry: b.retry, Count: b.count, Keyed: b.keyed, HTTPStatus: b.status, ErrorCode: b.code,
-	})
-	return flushed{key: key, b: b, res: res, err: err}
-}
-
-// run flushes every interval until close; a batch waits at most one
-// interval and a flush.
-func (k *coalescer) run(now func() time.Time) {
-	defer close(k.done)
-	t := time.NewTicker(k.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-k.stop:
-			return
-		case <-t.C:
-			k.flush(context.Background(), now)
-		}
-	}
-}
-
-// start runs the flush loop.
-func (k *coalescer) start(now func() time.Time) {
-	k.stop, k.done = make(chan struct{}), make(chan struct{})
-	go k.run(now)
-}
-
-// close stops taking reports (every later one is applied at once), stops
-// the loop and applies what it holds: nothing acknowledged is lost on a
-// clean stop. ctx bounds the last flush.
-func (k *coalescer) close(ctx context.Context, now func() time.Time) {
-	k.mu.Lock()
-	was := k.closed
-	k.closed = true
-	k.mu.Unlock()
-	if was {
-		return
-	}
-	if k.stop != nil {
-		close(k.stop)
-		<-k.done
-	}
-	k.flush(ctx, now)
-}
-
 // pending is how many connections and keyed reports the coalescer holds.
 func (k *coalescer) pending() (conns, keyed int) {
 	k.mu.Lock()
@@ -358,12 +235,13 @@ func errReused() error {
 
 // coalesced answers a report the replica coalesces (decision 0054); nil,
 // nil: apply it at once. The Report handler's hook.
-func (s cooldownService) coalesced(c store.Conn, rep breaker.Report) (*connect.Response[cooldownv1.ReportResponse], error) {
+func (s cooldownService) coalesced(ctx context.Context, c store.Conn, rep breaker.Report) (*connect.Response[cooldownv1.ReportResponse], error) {
 	if s.coalesce == nil {
 		return nil, nil
 	}
 	resp, ok, err := s.coalesce.take(c, rep, s.now())
 	if !ok {
+		s.coalesce.settle(ctx, c, s.now)
 		return nil, nil
 	}
 	if err != nil {

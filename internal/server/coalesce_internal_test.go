@@ -29,9 +29,17 @@ type batchLog struct {
 	batches map[keys.ID][]store.Coalesced
 	fail    error
 	res     func(store.Coalesced) store.ReportResult // nil: closed and healthy
+	gate    chan struct{}                            // non-nil: each batch waits for it to close
+	started []int64                                  // the batches' counts, as each came in
 }
 
 func (l *batchLog) ReportCoalesced(_ context.Context, c store.Conn, b store.Coalesced) (store.CoalescedResult, error) {
+	l.mu.Lock()
+	l.started = append(l.started, b.Count)
+	l.mu.Unlock()
+	if l.gate != nil {
+		<-l.gate
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail != nil {
@@ -309,6 +317,94 @@ func TestCoalesceFlushesOnClose(t *testing.T) {
 		k.learn(c, okReport, healthyAnswer(7, at), at)
 		_, ok, _ := k.take(c, okReport, at)
 		assert.False(t, ok, "after close every report goes at once")
+	})
+}
+
+// counts are the counts of batches, in the order they were applied.
+func counts(bs []store.Coalesced) []int64 {
+	var out []int64
+	for _, b := range bs {
+		out = append(out, b.Count)
+	}
+	return out
+}
+
+// TestCoalesceSettleWaitsForTheFlush: a report applied at once (settle)
+// while a flush is applying the connection's earlier successes waits for
+// that flush, then applies the successes held since, before it returns:
+// the store sees them in the order they came. Fails if settle returns
+// before the flush's batch is applied, or leaves the later successes held.
+func TestCoalesceSettleWaitsForTheFlush(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		log := &batchLog{gate: make(chan struct{})}
+		k := newCoalescer(log, quietLog(), time.Hour, time.Second)
+		c := store.Conn{Tenant: "t", ID: cid(5)}
+		k.learn(c, okReport, healthyAnswer(7, time.Now()), time.Now())
+		take := func(n int) {
+			for range n {
+				_, ok, err := k.take(c, okReport, time.Now())
+				require.NoError(t, err)
+				require.True(t, ok)
+			}
+		}
+		take(3)
+		go k.flush(context.Background(), time.Now)
+		synctest.Wait() // the flush is applying the 3
+		take(2)
+		settled := make(chan struct{})
+		go func() {
+			k.settle(t.Context(), c, time.Now)
+			close(settled)
+		}()
+		synctest.Wait()
+		select {
+		case <-settled:
+			t.Fatal("settle returned while the flush was applying the earlier successes")
+		default:
+		}
+		log.mu.Lock()
+		assert.Equal(t, []int64{3}, log.started, "the later successes wait for the flush's batch")
+		log.mu.Unlock()
+		close(log.gate)
+		synctest.Wait()
+		<-settled
+		assert.Equal(t, []int64{3, 2}, counts(log.of(c.ID)), "the flush's batch, then the successes held since")
+		conns, _ := k.pending()
+		assert.Zero(t, conns)
+	})
+}
+
+// TestCoalesceCloseWaitsForASettle: successes taken while a settle is
+// applying the connection's earlier ones are left by a flush (they must
+// follow the settle's), and close waits for the settle and then applies
+// them: nothing acknowledged is lost on a clean stop. Fails if close
+// returns with them held.
+func TestCoalesceCloseWaitsForASettle(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		log := &batchLog{gate: make(chan struct{})}
+		k := newCoalescer(log, quietLog(), time.Hour, time.Second)
+		c := store.Conn{Tenant: "t", ID: cid(6)}
+		k.learn(c, okReport, healthyAnswer(7, time.Now()), time.Now())
+		_, ok, _ := k.take(c, okReport, time.Now())
+		require.True(t, ok)
+		go k.settle(t.Context(), c, time.Now)
+		synctest.Wait() // the settle is applying the first
+		for range 4 {
+			_, ok, _ = k.take(c, okReport, time.Now())
+			require.True(t, ok)
+		}
+		closed := make(chan struct{})
+		go func() {
+			k.close(context.Background(), time.Now)
+			close(closed)
+		}()
+		synctest.Wait()
+		assert.Empty(t, log.of(c.ID), "the flush did not pass the settle")
+		close(log.gate)
+		<-closed
+		assert.Equal(t, []int64{1, 4}, counts(log.of(c.ID)))
 	})
 }
 

@@ -126,3 +126,50 @@ func successes(t *testing.T, e *env, id []byte) int64 {
 	require.NoError(t, err)
 	return snap.State.Successes
 }
+
+// TestCoalescedSuccessesGoBeforeALaterFailure: a replica holds ten
+// successes of a healthy connection, then is sent a failure, a success and
+// a failure, one after the other. internal/breaker, fed the reports in
+// that order, counts 14 calls of which 2 failed: closed (FastPolicy opens
+// at half of at least 4 calls). The replica applies the held successes
+// before the failure (settle), so the store agrees. Fails on the code
+// before settle: the store then sees 4 calls of which 2 failed, and the
+// second failure opens a connection the model keeps closed.
+func TestCoalescedSuccessesGoBeforeALaterFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.srv.StartCoalescing(time.Hour) // no tick: only settle applies the held successes
+	ctx := t.Context()
+	id := newID()
+	c := e.cooldown()
+	report := func(o cooldownv1.Outcome, rev uint64, count uint32) *cooldownv1.ReportResponse {
+		t.Helper()
+		res, err := c.Report(ctx, connect.NewRequest(&cooldownv1.ReportRequest{Connection: conn(id), Outcome: o, Revision: rev, HttpStatus: 200, Count: count}))
+		require.NoError(t, err)
+		return res.Msg
+	}
+	first := report(cooldownv1.Outcome_OUTCOME_SUCCESS, 0, 1)
+	rev := first.GetRevision()
+	held := report(cooldownv1.Outcome_OUTCOME_SUCCESS, rev, 10)
+	require.Equal(t, cooldownv1.ReportApplied_REPORT_APPLIED_COALESCED, held.GetApplied())
+	require.Equal(t, int64(1), successes(t, e, id), "held")
+
+	report(cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, rev, 1)
+	assert.Equal(t, int64(11), successes(t, e, id), "the held successes reached the store before the failure")
+	report(cooldownv1.Outcome_OUTCOME_SUCCESS, rev, 1)
+	last := report(cooldownv1.Outcome_OUTCOME_TRANSIENT_FAILURE, rev, 1)
+	assert.Equal(t, cooldownv1.State_STATE_CLOSED, last.GetState(), "2 failures in 14 calls")
+
+	m := breaker.State{Phase: breaker.Closed}
+	p := fastPolicy()
+	at := e.clock().UnixMilli()
+	for _, r := range []breaker.Report{{Outcome: breaker.OutcomeSuccess}, {Outcome: breaker.OutcomeSuccess, Count: 10},
+		{Outcome: breaker.OutcomeTransientFailure}, {Outcome: breaker.OutcomeSuccess}, {Outcome: breaker.OutcomeTransientFailure}} {
+		r.Revision = m.Revision
+		m.Report(p, at, r, 0)
+	}
+	assert.Equal(t, breaker.Closed, m.Phase, "the model")
+	snap, _, err := e.store.Get(ctx, "default", keyID(id), 0)
+	require.NoError(t, err)
+	assert.Equal(t, m.Window, snap.State.Window, "the failure-rate window, as the model counts it")
+}

@@ -47,7 +47,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	if err != nil {
 		return nil, err
 	}
-	if resp, err := s.coalesced(c, rep); resp != nil || err != nil {
+	if resp, err := s.coalesced(ctx, c, rep); resp != nil || err != nil {
 		return resp, err
 	}
 	res, err := s.store.Report(ctx, c, rep)

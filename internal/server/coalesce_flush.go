@@ -1,0 +1,245 @@
+package server
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/store"
+)
+
+// The coalescer's applying side (decision 0054): the flush every interval,
+// settle before a report applied at once, and the last flush on close.
+
+// flushed is one batch's outcome, for learn.
+type flushed struct {
+	key connKey
+	b   *coalesceBatch
+	res store.CoalescedResult
+	err error
+}
+
+// flushJob is one connection's batches, taken from its entry to be
+// applied; done is the entry's applying.
+type flushJob struct {
+	key     connKey
+	label   string
+	batches []*coalesceBatch
+	done    chan struct{}
+}
+
+// detach takes e's pending batches for one job (k.mu held); false when
+// it has none.
+func (k *coalescer) detach(key connKey, e *coalesceEntry) (flushJob, bool) {
+	j := flushJob{key: key, label: e.label}
+	for i, b := range e.pending {
+		if b != nil {
+			j.batches = append(j.batches, b)
+			k.keyed -= len(b.keyed)
+			e.pending[i] = nil
+		}
+	}
+	if len(j.batches) == 0 {
+		return flushJob{}, false
+	}
+	j.done = make(chan struct{})
+	e.applying = j.done
+	return j, true
+}
+
+// applyJob applies a job's batches in order and marks the entry's
+// application done.
+func (k *coalescer) applyJob(ctx context.Context, j flushJob) []flushed {
+	out := make([]flushed, 0, len(j.batches))
+	for _, b := range j.batches {
+		out = append(out, k.apply(ctx, j.key, j.label, b))
+	}
+	k.mu.Lock()
+	if e := k.entries[j.key]; e != nil && e.applying == j.done {
+		e.applying = nil
+	}
+	k.mu.Unlock()
+	close(j.done)
+	return out
+}
+
+// flush applies every batch held (each connection's on its own, up to
+// coalesceFlushers at once) and forgets the connections that had none:
+// a connection stays learned only while its successes keep coming.
+func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
+	var jobs []flushJob
+	k.mu.Lock()
+	for key, e := range k.entries {
+		if e.applying != nil {
+			continue // settle is applying its batches: these go at the next flush, after them
+		}
+		j, ok := k.detach(key, e)
+		if !ok {
+			delete(k.entries, key)
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	k.mu.Unlock()
+	if len(jobs) == 0 {
+		return
+	}
+	out := make(chan []flushed, len(jobs))
+	work := make(chan flushJob)
+	var wg sync.WaitGroup
+	for range min(coalesceFlushers, len(jobs)) {
+		wg.Go(func() {
+			for j := range work {
+				out <- k.applyJob(ctx, j)
+			}
+		})
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	close(out)
+	t := now()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for fs := range out {
+		k.learnFlushed(fs, t)
+	}
+}
+
+// settle runs before a report of c that is applied at once: the
+// successes this replica holds for c, taken before it, reach the store
+// before it does, so that in one replica the store sees a connection's
+// reports in the order they came (a failure after a held success meets a
+// window that holds the success, as internal/breaker would have it). A
+// flush applying c's batches is waited for (within ctx); batches still
+// pending are applied now. It costs nothing to a connection with
+// nothing held.
+func (k *coalescer) settle(ctx context.Context, c store.Conn, now func() time.Time) {
+	key := connKey{c.Tenant, c.ID}
+	k.mu.Lock()
+	e := k.entries[key]
+	if e == nil || (e.applying == nil && e.pending[0] == nil && e.pending[1] == nil) {
+		k.mu.Unlock()
+		return
+	}
+	wait := e.applying
+	j, ok := k.detach(key, e)
+	k.mu.Unlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+	}
+	if !ok {
+		return
+	}
+	// Acknowledged successes: applied even when the caller of this report
+	// goes away (k.timeout bounds it, as a flush).
+	fs := k.applyJob(context.WithoutCancel(ctx), j)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.learnFlushed(fs, now())
+}
+
+// learnFlushed takes what the store answered to one connection's batches
+// (k.mu held).
+func (k *coalescer) learnFlushed(fs []flushed, t time.Time) {
+	for _, f := range fs {
+		e := k.entries[f.key]
+		switch {
+		case f.err != nil:
+			// Lost (decision 0054): the batch may have been applied in
+			// part, and a second try could count it twice.
+			k.log.Warn("coalesced successes not applied", "tenant", f.key.tenant, "connection", f.key.id,
+				"revision", f.b.rev, "count", f.b.count, "keyed", len(f.b.keyed), "err", f.err)
+			if e != nil {
+				e.healthy = false
+			}
+		case f.res.Applied > 0 && e != nil:
+			e.set(f.res.Accepted && f.res.Phase == breaker.Closed && f.res.ThrottleProbability == 0, f.res.ReportResult, t)
+		}
+		if f.res.Reused > 0 {
+			k.log.Warn("coalesced success with an idempotency key already used by another report: not counted",
+				"tenant", f.key.tenant, "connection", f.key.id, "reused", f.res.Reused)
+		}
+	}
+}
+
+// apply reports one batch.
+func (k *coalescer) apply(ctx context.Context, key connKey, label string, b *coalesceBatch) flushed {
+	if k.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, k.timeout)
+		defer cancel()
+	}
+	res, err := k.st.ReportCoalesced(ctx, store.Conn{Tenant: key.tenant, ID: key.id, Label: label}, store.Coalesced{
+		Revision: b.rev, Retry: b.retry, Count: b.count, Keyed: b.keyed, HTTPStatus: b.status, ErrorCode: b.code,
+	})
+	return flushed{key: key, b: b, res: res, err: err}
+}
+
+// run flushes every interval until close; a batch waits at most one
+// interval and a flush.
+func (k *coalescer) run(now func() time.Time) {
+	defer close(k.done)
+	t := time.NewTicker(k.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-k.stop:
+			return
+		case <-t.C:
+			k.flush(context.Background(), now)
+		}
+	}
+}
+
+// start runs the flush loop.
+func (k *coalescer) start(now func() time.Time) {
+	k.stop, k.done = make(chan struct{}), make(chan struct{})
+	go k.run(now)
+}
+
+// close stops taking reports (every later one is applied at once), stops
+// the loop and applies what it holds: nothing acknowledged is lost on a
+// clean stop. ctx bounds the last flush.
+func (k *coalescer) close(ctx context.Context, now func() time.Time) {
+	k.mu.Lock()
+	was := k.closed
+	k.closed = true
+	k.mu.Unlock()
+	if was {
+		return
+	}
+	if k.stop != nil {
+		close(k.stop)
+		<-k.done
+	}
+	for {
+		k.flush(ctx, now)
+		// A flush leaves the batches of a connection whose held successes
+		// a settle is applying: wait for it, then flush them.
+		k.mu.Lock()
+		var busy []chan struct{}
+		for _, e := range k.entries {
+			if e.applying != nil && (e.pending[0] != nil || e.pending[1] != nil) {
+				busy = append(busy, e.applying)
+			}
+		}
+		k.mu.Unlock()
+		if len(busy) == 0 {
+			return
+		}
+		for _, c := range busy {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
