@@ -95,6 +95,9 @@ type mirror struct {
 	sick    map[ID]sickMark
 	batch   map[batchKey]int64
 	labels  map[ID]Conn
+	// sent are the batches a flush has taken and is sending (nil when
+	// none), so that settle knows when to wait for it.
+	sent map[batchKey]int64
 
 	// accepted says cooldownd took a watch stream of this client's token:
 	// it lets clients watch their tenant, so it counts batched successes
@@ -466,28 +469,83 @@ func (m *mirror) flush(ctx context.Context) {
 	m.mu.Lock()
 	batch, labels := m.batch, m.labels
 	m.batch, m.labels = map[batchKey]int64{}, map[ID]Conn{}
+	m.sent = batch
 	m.mu.Unlock()
 	for k, n := range batch {
-		req := m.c.reportRequest(labels[k.id], k.rev, "", k.retry, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
-		req.Count = uint32(min(n, 1_000_000))
-		m.batches.Add(1)
-		var resp *connect.Response[cooldownv1.ReportResponse]
-		_, kind, err := m.c.call(ctx, "report", func(ctx context.Context, rpc cooldownService) error {
-			var err error
-			resp, err = rpc.Report(ctx, connect.NewRequest(req))
-			return err
-		})
-		switch kind {
-		case rpcOK:
-			m.c.health.success()
-			m.reportAnswer(labels[k.id], resp.Msg)
-		case rpcCapped:
-			m.c.local.capped(err) // logged once, as a direct report's would be
-		case rpcRejected:
-		default:
-			if m.c.closed.Err() == nil {
-				m.c.enqueue(req, 0)
-			}
+		m.send(ctx, labels[k.id], k, n)
+	}
+	m.mu.Lock()
+	m.sent = nil
+	m.mu.Unlock()
+}
+
+// settle sends conn's batched successes now: a report of conn that goes
+// to cooldownd at once (a failure, a hint, a probe's success, anything
+// not batched) calls it first, so that cooldownd sees this process's
+// reports of a connection in the order they happened (decision 0061).
+// Without it, a process whose calls alternate success and failure sends
+// its failures back to back, and cooldownd counts consecutive failures
+// the process never had. A flush sending conn's batches is waited for;
+// a connection with nothing batched costs one map scan under the lock.
+func (m *mirror) settle(ctx context.Context, conn Conn) {
+	m.mu.Lock()
+	held := hasBatch(m.batch, conn.id) || hasBatch(m.sent, conn.id)
+	m.mu.Unlock()
+	if !held {
+		return
+	}
+	m.sending.Lock() // after a flush that carries conn's batches
+	defer m.sending.Unlock()
+	m.mu.Lock()
+	mine := map[batchKey]int64{}
+	for k, n := range m.batch {
+		if k.id == conn.id {
+			mine[k] = n
+			delete(m.batch, k)
+		}
+	}
+	label, ok := m.labels[conn.id]
+	if !ok {
+		label = conn
+	}
+	delete(m.labels, conn.id)
+	m.mu.Unlock()
+	for k, n := range mine {
+		m.send(ctx, label, k, n)
+	}
+}
+
+func hasBatch(b map[batchKey]int64, id ID) bool {
+	for k := range b {
+		if k.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// send reports one batch: n successes of conn under k's revision and
+// retry flag.
+func (m *mirror) send(ctx context.Context, conn Conn, k batchKey, n int64) {
+	req := m.c.reportRequest(conn, k.rev, "", k.retry, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
+	req.Count = uint32(min(n, 1_000_000))
+	m.batches.Add(1)
+	var resp *connect.Response[cooldownv1.ReportResponse]
+	_, kind, err := m.c.call(ctx, "report", func(ctx context.Context, rpc cooldownService) error {
+		var err error
+		resp, err = rpc.Report(ctx, connect.NewRequest(req))
+		return err
+	})
+	switch kind {
+	case rpcOK:
+		m.c.health.success()
+		m.reportAnswer(conn, resp.Msg)
+	case rpcCapped:
+		m.c.local.capped(err) // logged once, as a direct report's would be
+	case rpcRejected:
+	default:
+		if m.c.closed.Err() == nil {
+			m.c.enqueue(req, 0)
 		}
 	}
 }

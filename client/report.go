@@ -71,6 +71,11 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		c.mirror.add(a.Conn, a.Revision, a.Retry)
 		return false, nil
 	}
+	if c.mirror != nil {
+		// This process's successes of the connection, batched before this
+		// report, go first (decision 0061).
+		c.mirror.settle(context.WithoutCancel(ctx), a.Conn)
+	}
 	req := c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl)
 	if !c.health.useService(c.now()) {
 		c.enqueue(req, reportDelay(cl))

@@ -256,6 +256,9 @@ export class Client {
       this.mirror.add(a.conn, a.revision, retry);
       return false;
     }
+    // This process's successes of the connection, batched before this
+    // report, go first (decision 0061).
+    await this.mirror?.settle(a.conn);
     const req = this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl);
     if (!this.health.useService(this.now())) {
       this.enqueue(req, reportDelay(cl));

@@ -50,6 +50,9 @@ export interface MirrorHost {
 
 interface Entry { conn: Conn; rev: bigint; seenAt: number; }
 
+/** One connection's successes under one revision and retry flag, for one report. */
+interface Batch { conn: Conn; rev: bigint; retry: boolean; n: number; }
+
 /**
  * This process heard the connection is not healthy: a report of its own (a
  * failure, a server delay) or cooldownd's answer to one (not closed, or a
@@ -118,7 +121,9 @@ export class Mirror {
   epoch = 0;
   private entries = new Map<string, Entry>();
   private evRev = new Map<string, bigint>();
-  private batch = new Map<string, { conn: Conn; rev: bigint; retry: boolean; n: number }>();
+  private batch = new Map<string, Batch>();
+  /** The batches being sent now, by the connections they carry (see settle). */
+  private readonly sending = new Set<{ ids: Set<string>; done: Promise<void> }>();
   /** Bumps at each sighting of a throttle above 0. */
   private heat = 0;
   /** Connections last seen throttled, with the heat then. */
@@ -421,11 +426,46 @@ export class Mirror {
 
   /** Sends one report per connection, revision and retry flag with the count of its successes. */
   async flush(): Promise<void> {
-    const batch = this.batch;
+    const batch = [...this.batch.values()];
     this.batch = new Map();
-    for (const { conn, rev, retry, n } of batch.values()) {
-      this.batches++;
-      await this.host.sendBatch(conn, rev, Math.min(n, 1_000_000), retry);
+    await this.send(batch);
+  }
+
+  /**
+   * Sends conn's batched successes now: a report of conn that goes to
+   * cooldownd at once (a failure, a hint, a probe's success, anything not
+   * batched) awaits it first, so that cooldownd sees this process's reports
+   * of a connection in the order they happened (decision 0061). A flush
+   * sending conn's batches is waited for; a connection with nothing batched
+   * costs a scan of the batch.
+   */
+  async settle(conn: Conn): Promise<void> {
+    const mine: Batch[] = [];
+    for (const [k, b] of this.batch) {
+      if (b.conn.idHex === conn.idHex) {
+        mine.push(b);
+        this.batch.delete(k);
+      }
+    }
+    const before = [...this.sending].filter((f) => f.ids.has(conn.idHex)).map((f) => f.done);
+    if (before.length > 0) await Promise.all(before);
+    if (mine.length > 0) await this.send(mine);
+  }
+
+  /** Sends batches one after the other; settle can see which connections they carry until they are sent. */
+  private async send(batches: Batch[]): Promise<void> {
+    if (batches.length === 0) return;
+    let done!: () => void;
+    const f = { ids: new Set(batches.map((b) => b.conn.idHex)), done: new Promise<void>((r) => { done = r; }) };
+    this.sending.add(f);
+    try {
+      for (const { conn, rev, retry, n } of batches) {
+        this.batches++;
+        await this.host.sendBatch(conn, rev, Math.min(n, 1_000_000), retry);
+      }
+    } finally {
+      this.sending.delete(f);
+      done();
     }
   }
 

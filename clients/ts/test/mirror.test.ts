@@ -449,3 +449,48 @@ test("a cooldownd that refuses the watch leaves the default client working as wi
     });
   }
 });
+
+/** One case of testdata/report_order.json (its comment describes them). */
+interface OrderCase {
+  name: string;
+  reports: { conn: string; outcome: string; status?: number; proactive_ms?: number }[];
+  sent: Record<string, string[]>;
+  flushed: Record<string, string[]>;
+}
+
+/** The report requests, per connection name, each its outcome with ×count for a batch. */
+function wireOrder(names: Map<string, string>, reqs: ReportRequest[]): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  for (const r of reqs) {
+    const name = names.get(Buffer.from(r.connection!.id).toString("hex"));
+    assert.ok(name, "a report of an unknown connection");
+    (out[name] ??= []).push(outcomeName(r.outcome as number as Outcome) + (r.count > 0 ? `×${r.count}` : ""));
+  }
+  return out;
+}
+
+// Decision 0061's rule, the same file the Go client replays (client/mirror_order_test.go):
+// a report that goes at once first sends the batched successes of its connection.
+test("a report sent at once goes after its connection's batch: testdata/report_order.json", async (t) => {
+  const trace = JSON.parse(readFileSync(join(repoRoot, "testdata", "report_order.json"), "utf8")) as { cases: OrderCase[] };
+  assert.ok(trace.cases.length > 0);
+  for (const tc of trace.cases) {
+    await t.test(tc.name, async () => {
+      const s = await setup();
+      const conns: Record<string, Conn> = { a: s.conn, b: s.other };
+      const names = new Map(Object.entries(conns).map(([n, c]) => [c.idHex, n]));
+      for (const [i, r] of tc.reports.entries()) {
+        const conn = conns[r.conn];
+        assert.ok(conn, `report ${i}: conn ${r.conn}`);
+        const a = await s.cd.admit([conn]);
+        assert.equal(a.decision, Decision.Allow, `report ${i}`);
+        await s.cd.report(a, cl({ outcome: traceOutcome(r.outcome), httpStatus: r.status ?? 200, proactiveMs: r.proactive_ms ?? 0 }));
+      }
+      const sent = [...s.fake.reports];
+      await s.cd.flush();
+      const flushed = s.fake.reports.slice(sent.length);
+      assert.deepEqual(wireOrder(names, sent), tc.sent, "before the flush");
+      assert.deepEqual(wireOrder(names, flushed), tc.flushed, "at the flush");
+    });
+  }
+});
