@@ -487,7 +487,9 @@ func (m *mirror) flush(ctx context.Context) {
 // its failures back to back, and cooldownd counts consecutive failures
 // the process never had. A flush sending conn's batches is waited for;
 // a connection with nothing batched costs one map scan under the lock.
-func (m *mirror) settle(ctx context.Context, conn Conn) {
+// direct false (the client is degraded and the report will be queued):
+// the batches are queued, ahead of it, instead of sent.
+func (m *mirror) settle(ctx context.Context, conn Conn, direct bool) {
 	m.mu.Lock()
 	held := hasBatch(m.batch, conn.id) || hasBatch(m.sent, conn.id)
 	m.mu.Unlock()
@@ -511,7 +513,12 @@ func (m *mirror) settle(ctx context.Context, conn Conn) {
 	delete(m.labels, conn.id)
 	m.mu.Unlock()
 	for k, n := range mine {
-		m.send(ctx, label, k, n)
+		if direct {
+			m.send(ctx, label, k, n)
+			continue
+		}
+		m.batches.Add(1)
+		m.c.enqueue(m.batchRequest(label, k, n), 0)
 	}
 }
 
@@ -524,11 +531,17 @@ func hasBatch(b map[batchKey]int64, id ID) bool {
 	return false
 }
 
+// batchRequest is the report of one batch.
+func (m *mirror) batchRequest(conn Conn, k batchKey, n int64) *cooldownv1.ReportRequest {
+	req := m.c.reportRequest(conn, k.rev, "", k.retry, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
+	req.Count = uint32(min(n, 1_000_000))
+	return req
+}
+
 // send reports one batch: n successes of conn under k's revision and
 // retry flag.
 func (m *mirror) send(ctx context.Context, conn Conn, k batchKey, n int64) {
-	req := m.c.reportRequest(conn, k.rev, "", k.retry, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
-	req.Count = uint32(min(n, 1_000_000))
+	req := m.batchRequest(conn, k, n)
 	m.batches.Add(1)
 	var resp *connect.Response[cooldownv1.ReportResponse]
 	_, kind, err := m.c.call(ctx, "report", func(ctx context.Context, rpc cooldownService) error {

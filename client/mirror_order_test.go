@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -117,4 +118,86 @@ func wireOrder(t *testing.T, conns map[string]Conn, reqs []*cooldownv1.ReportReq
 		out[name] = append(out[name], s)
 	}
 	return out
+}
+
+// TestReportOrderWhileDegraded: a client that cannot reach cooldownd
+// queues its reports; the successes batched before a failure are queued
+// ahead of it (decision 0061), so that cooldownd, back, sees them in the
+// order they happened: whether the admission was cooldownd's (its report
+// queued because the client is degraded) or the in-process breaker's.
+func TestReportOrderWhileDegraded(t *testing.T) {
+	t.Parallel()
+	p := fastPolicy()
+	p.ConsecutiveFailures = 100
+	for _, local := range []bool{false, true} {
+		name := "admitted by cooldownd"
+		if local {
+			name = "admitted in-process"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			svc := newFakeService(p)
+			c := servedMirror(t, svc, WithDegradeAfter(1, time.Minute))
+			cn, other := NewConn(ID{0xa2}, "a"), NewConn(ID{0xb2}, "b")
+			adm, err := c.Admit(t.Context(), cn)
+			require.NoError(t, err)
+			require.NoError(t, c.Report(t.Context(), adm, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200}))
+			if !local {
+				adm, err = c.Admit(t.Context(), cn)
+				require.NoError(t, err)
+			}
+			svc.down.Store(true)
+			o, err := c.Admit(t.Context(), other)
+			require.NoError(t, err)
+			require.NoError(t, c.Report(t.Context(), o, Classification{Outcome: OutcomeTransientFailure, HTTPStatus: 503}))
+			require.True(t, c.Degraded())
+			if local {
+				adm, err = c.Admit(t.Context(), cn)
+				require.NoError(t, err)
+				require.True(t, adm.Local, "decided in-process")
+			}
+			before := len(svc.reportRequests())
+			require.NoError(t, c.Report(t.Context(), adm, Classification{Outcome: OutcomeTransientFailure, HTTPStatus: 503}))
+			svc.down.Store(false)
+			// The queue alone, as its sender does once cooldownd is back; the
+			// mirror's own flush is an hour away (and Flush would send its
+			// batches before the queue, hiding the order).
+			drainQueue(t, c)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			require.NoError(t, c.Flush(ctx))
+			var got []string
+			for _, r := range svc.reportRequests()[before:] {
+				if bytes.Equal(r.GetConnection().GetId(), cn.id[:]) {
+					got = append(got, wireOrder(t, map[string]Conn{"a": cn}, []*cooldownv1.ReportRequest{r})["a"]...)
+				}
+			}
+			assert.Equal(t, []string{"success×1", "transient_failure"}, dedupe(got), "the batch, then the failure")
+		})
+	}
+}
+
+// dedupe drops a request that repeats the one before it: a queued report
+// cooldownd did not take while down is sent again.
+func dedupe(xs []string) []string {
+	var out []string
+	for _, x := range xs {
+		if len(out) == 0 || out[len(out)-1] != x {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// drainQueue sends the report queue until it is empty (within 20 s).
+func drainQueue(t *testing.T, c *Client) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for c.queue.snapshot().Len > 0 {
+		require.True(t, time.Now().Before(deadline), "the queue drains")
+		if c.queue.kick() {
+			c.startSender()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }

@@ -59,6 +59,9 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 	}
 	if a.Local {
 		if informs(cl) {
+			if c.mirror != nil {
+				c.mirror.settle(ctx, a.Conn, false) // queued ahead of it (decision 0061)
+			}
 			c.enqueue(c.reportRequest(a.Conn, c.revs.last(a.Conn.id), "", a.Retry, cl), reportDelay(cl))
 		}
 		return c.local.report(c.now(), a, cl, false).open, nil
@@ -71,13 +74,14 @@ func (c *Client) report(ctx context.Context, a Admission, cl Classification) (op
 		c.mirror.add(a.Conn, a.Revision, a.Retry)
 		return false, nil
 	}
+	direct := c.health.useService(c.now())
 	if c.mirror != nil {
 		// This process's successes of the connection, batched before this
-		// report, go first (decision 0061).
-		c.mirror.settle(context.WithoutCancel(ctx), a.Conn)
+		// report, go first (decision 0061): sent, or queued ahead of it.
+		c.mirror.settle(context.WithoutCancel(ctx), a.Conn, direct)
 	}
 	req := c.reportRequest(a.Conn, a.Revision, a.LeaseToken, a.Retry, cl)
-	if !c.health.useService(c.now()) {
+	if !direct {
 		c.enqueue(req, reportDelay(cl))
 		return c.local.report(c.now(), a, cl, true).open, nil
 	}

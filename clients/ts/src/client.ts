@@ -116,17 +116,21 @@ export class Client {
         now: this.now, log: this.log, closed: this.closeCtl.signal,
         rpc: () => this.endpoints.rpc(),
         rejected: (err) => classifyRpc(err) === "rejected",
-        sendBatch: (conn, rev, count, retry) => this.sendBatch(conn, rev, count, retry),
+        sendBatch: (conn, rev, count, retry, queueOnly) => this.sendBatch(conn, rev, count, retry, queueOnly ?? false),
       }, cfg.mirrorIntervalMs);
       this.mirror.start();
     }
   }
 
   /** Sends one batch of successes; one cooldownd does not take goes to the report queue. */
-  private async sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean): Promise<void> {
+  private async sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean, queueOnly: boolean): Promise<void> {
     const req = this.reportRequest(conn, rev, "", retry, { outcome: Outcome.Success, retryable: false, retryAfterMs: 0, httpStatus: 200,
       errorCode: "", proactiveMs: 0, tooLong: false });
     req.count = count;
+    if (queueOnly) {
+      this.enqueue(req, 0);
+      return;
+    }
     const r = await this.endpoints.call("report", undefined, (rpc, o) => rpc.report(req, o));
     if (r.kind === "ok") {
       this.health.success();
@@ -244,7 +248,10 @@ export class Client {
     // mirror at once, whether cooldownd takes it or not.
     this.mirror?.reported(a.conn, a.local ? this.revs.last(a.conn) : a.revision, cl);
     if (a.local) {
-      if (informs(cl)) this.enqueue(this.reportRequest(a.conn, this.revs.last(a.conn), "", retry, cl), reportDelay(cl));
+      if (informs(cl)) {
+        await this.mirror?.settle(a.conn, false); // its batched successes queued ahead of it (decision 0061)
+        this.enqueue(this.reportRequest(a.conn, this.revs.last(a.conn), "", retry, cl), reportDelay(cl));
+      }
       return this.local.report(a, cl, false);
     }
     if (this.mirror?.batching && cl.outcome === Outcome.Success && cl.proactiveMs <= 0 && a.leaseToken === "") {
@@ -257,10 +264,11 @@ export class Client {
       return false;
     }
     // This process's successes of the connection, batched before this
-    // report, go first (decision 0061).
-    await this.mirror?.settle(a.conn);
+    // report, go first (decision 0061): sent, or queued ahead of it.
+    const direct = this.health.useService(this.now());
+    await this.mirror?.settle(a.conn, direct);
     const req = this.reportRequest(a.conn, a.revision, a.leaseToken, retry, cl);
-    if (!this.health.useService(this.now())) {
+    if (!direct) {
       this.enqueue(req, reportDelay(cl));
       return this.local.report(a, cl, true);
     }

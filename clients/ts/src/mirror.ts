@@ -44,8 +44,8 @@ export interface MirrorHost {
   rpc(): RpcClient<typeof CooldownService>;
   /** Whether an error is a refusal (never retried soon). */
   rejected(err: unknown): boolean;
-  /** Sends one report of count successes (retry: retries on conn); what cooldownd does not take is queued. */
-  sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean): Promise<void>;
+  /** Sends one report of count successes (retry: retries on conn); what cooldownd does not take is queued; queueOnly: queued, not sent. */
+  sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean, queueOnly?: boolean): Promise<void>;
 }
 
 interface Entry { conn: Conn; rev: bigint; seenAt: number; }
@@ -437,9 +437,10 @@ export class Mirror {
    * batched) awaits it first, so that cooldownd sees this process's reports
    * of a connection in the order they happened (decision 0061). A flush
    * sending conn's batches is waited for; a connection with nothing batched
-   * costs a scan of the batch.
+   * costs a scan of the batch. direct false (the client is degraded and the
+   * report will be queued): the batches are queued, ahead of it, not sent.
    */
-  async settle(conn: Conn): Promise<void> {
+  async settle(conn: Conn, direct = true): Promise<void> {
     const mine: Batch[] = [];
     for (const [k, b] of this.batch) {
       if (b.conn.idHex === conn.idHex) {
@@ -449,11 +450,11 @@ export class Mirror {
     }
     const before = [...this.sending].filter((f) => f.ids.has(conn.idHex)).map((f) => f.done);
     if (before.length > 0) await Promise.all(before);
-    if (mine.length > 0) await this.send(mine);
+    if (mine.length > 0) await this.send(mine, !direct);
   }
 
   /** Sends batches one after the other; settle can see which connections they carry until they are sent. */
-  private async send(batches: Batch[]): Promise<void> {
+  private async send(batches: Batch[], queueOnly = false): Promise<void> {
     if (batches.length === 0) return;
     let done!: () => void;
     const f = { ids: new Set(batches.map((b) => b.conn.idHex)), done: new Promise<void>((r) => { done = r; }) };
@@ -461,7 +462,7 @@ export class Mirror {
     try {
       for (const { conn, rev, retry, n } of batches) {
         this.batches++;
-        await this.host.sendBatch(conn, rev, Math.min(n, 1_000_000), retry);
+        await this.host.sendBatch(conn, rev, Math.min(n, 1_000_000), retry, queueOnly);
       }
     } finally {
       this.sending.delete(f);

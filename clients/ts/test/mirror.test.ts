@@ -494,3 +494,38 @@ test("a report sent at once goes after its connection's batch: testdata/report_o
     });
   }
 });
+
+/** Sends the report queue alone until it is empty, as its sender does once cooldownd is back (the mirror's flush is an hour away). */
+async function drainQueue(cd: Client): Promise<void> {
+  const inner = cd as unknown as { queue: { kick(): boolean }; startSender(): void };
+  for (let i = 0; i < 4000 && cd.stats().reports.len > 0; i++) {
+    if (inner.queue.kick()) inner.startSender();
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.equal(cd.stats().reports.len, 0, "the queue drains");
+}
+
+for (const local of [false, true]) {
+  test(`a degraded client queues the batched successes ahead of a failure (${local ? "admitted in-process" : "admitted by cooldownd"}): decision 0061`, async () => {
+    const s = await setup({ degradeAfter: 1 });
+    let adm = await s.cd.admit([s.conn]);
+    await s.cd.report(adm, cl({}));
+    if (!local) adm = await s.cd.admit([s.conn]);
+    s.fake.down = true;
+    const o = await s.cd.admit([s.other]);
+    await s.cd.report(o, cl({ outcome: Outcome.TransientFailure, httpStatus: 503 }));
+    assert.equal(s.cd.stats().degraded, true);
+    if (local) {
+      adm = await s.cd.admit([s.conn]);
+      assert.equal(adm.local, true, "decided in-process");
+    }
+    const before = s.fake.reports.length;
+    await s.cd.report(adm, cl({ outcome: Outcome.TransientFailure, httpStatus: 503 }));
+    s.fake.down = false;
+    await drainQueue(s.cd);
+    await s.cd.flush();
+    const names = new Map([[s.conn.idHex, "a"], [s.other.idHex, "b"]]);
+    const got = (wireOrder(names, s.fake.reports.slice(before)).a ?? []).filter((x, i, xs) => i === 0 || xs[i - 1] !== x);
+    assert.deepEqual(got, ["success×1", "transient_failure"], "the batch, then the failure");
+  });
+}
