@@ -58,7 +58,16 @@ func TestIdleStateStoresOnlyWhatIsNotDefault(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := tc.policy
-			st, err := store.New(rdb, store.Options{Policy: &p})
+			// A clock one millisecond on at each call: with Redis TIME two
+			// calls in the same millisecond left the second success with
+			// exactly the idle TTL, so it did not refresh it and the third
+			// did (a flake in a fresh-clone CI run).
+			now := time.Date(2026, 12, 2, 8, 0, 0, 0, time.UTC)
+			clock := func() time.Time {
+				now = now.Add(time.Millisecond)
+				return now
+			}
+			st, err := store.New(rdb, store.Options{Policy: &p, Clock: clock})
 			require.NoError(t, err)
 			c := store.Conn{Tenant: "compact", ID: keys.ID{byte(i + 1)}}
 			for n := range 3 {
