@@ -78,8 +78,13 @@ func IDFromBytes(b []byte) (ID, error) {
 	return id, nil
 }
 
-// String returns id as 64 lower-case hex characters.
-func (id ID) String() string { return hex.EncodeToString(id[:]) }
+// String returns id as 64 lower-case hex characters (one allocation: the
+// string).
+func (id ID) String() string {
+	var b [2 * len(ID{})]byte
+	hex.Encode(b[:], id[:])
+	return string(b[:])
+}
 
 // Bytes returns a copy of the 32 bytes of id.
 func (id ID) Bytes() []byte { return append([]byte(nil), id[:]...) }

@@ -1,8 +1,10 @@
 package keys
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrInvalidTenant is wrapped when a tenant name is not acceptable.
@@ -48,25 +50,53 @@ type Layout struct {
 	ID     ID
 }
 
-func (l Layout) prefix() string { return "cd:{" + l.Tenant + ":" + l.ID.String() + "}:" }
+// key is the connection key that ends in suffix: one allocation.
+func (l Layout) key(suffix string) string {
+	var b strings.Builder
+	b.Grow(l.keyLen(suffix))
+	l.writeKey(&b, suffix)
+	return b.String()
+}
+
+// keyLen is the length of key(suffix).
+func (l Layout) keyLen(suffix string) int {
+	return len("cd:{:}:") + len(l.Tenant) + hex.EncodedLen(len(l.ID)) + len(suffix)
+}
+
+// writeKey writes cd:{<tenant>:<id hex>}:<suffix> to b.
+func (l Layout) writeKey(b *strings.Builder, suffix string) {
+	var h [2 * len(ID{})]byte
+	hex.Encode(h[:], l.ID[:])
+	b.WriteString("cd:{")
+	b.WriteString(l.Tenant)
+	b.WriteByte(':')
+	b.Write(h[:])
+	b.WriteString("}:")
+	b.WriteString(suffix)
+}
 
 // State is the state hash key.
-func (l Layout) State() string { return l.prefix() + "s" }
+func (l Layout) State() string { return l.key("s") }
 
 // History is the transition list key.
-func (l Layout) History() string { return l.prefix() + "h" }
+func (l Layout) History() string { return l.key("h") }
 
 // Report is the key that remembers the answer to the connection's report
 // with idempotency key k (one of [A-Za-z0-9_-], so it cannot leave the
 // hash tag).
-func (l Layout) Report(k string) string { return l.prefix() + "r:" + k }
+func (l Layout) Report(k string) string { return l.key("r:" + k) }
 
 // Script returns the keys a connection script declares, in its order:
-// state, history (one hex encoding of the id for both: this runs on every
-// Admit and Report).
+// state, history. This runs on every Admit and Report: both keys share
+// one string, so it allocates that string and the slice.
 func (l Layout) Script() []string {
-	p := l.prefix()
-	return []string{p + "s", p + "h"}
+	n := l.keyLen("s")
+	var b strings.Builder
+	b.Grow(2 * n)
+	l.writeKey(&b, "s")
+	l.writeKey(&b, "h")
+	both := b.String()
+	return []string{both[:n], both[n:]}
 }
 
 // Index is the key of a tenant's connection index.

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,6 +17,26 @@ func TestLayoutScriptKeysShareOneHashTag(t *testing.T) {
 	for _, k := range ks {
 		assert.Contains(t, k, tag, "one Redis Cluster slot per connection")
 	}
+}
+
+func TestLayoutKeys(t *testing.T) {
+	t.Parallel()
+	l := Layout{Tenant: "team-a", ID: ID{0xab, 0x01}}
+	p := "cd:{team-a:ab01" + strings.Repeat("00", 30) + "}:"
+	assert.Equal(t, p+"s", l.State())
+	assert.Equal(t, p+"h", l.History())
+	assert.Equal(t, p+"r:k1", l.Report("k1"))
+	assert.Equal(t, []string{p + "s", p + "h"}, l.Script())
+	assert.Equal(t, "ab01"+strings.Repeat("00", 30), l.ID.String())
+}
+
+// TestLayoutScriptAllocs holds what every Admit and Report spends on its
+// keys: one string for both and their slice; one string per id in hex.
+func TestLayoutScriptAllocs(t *testing.T) {
+	l := Layout{Tenant: "team-a", ID: ID{0xab}}
+	assert.Equal(t, 2.0, testing.AllocsPerRun(100, func() { _ = l.Script() }))
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = l.ID.String() }))
+	assert.Equal(t, 1.0, testing.AllocsPerRun(100, func() { _ = l.State() }))
 }
 
 func TestTenantKeysShareOneHashTag(t *testing.T) {
