@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -304,14 +303,10 @@ func (i metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFu
 
 // codeOf is an RPC's result as a metric label and log value.
 func codeOf(err error) string {
-	var ce *connect.Error
-	switch {
-	case err == nil:
+	if err == nil {
 		return "ok"
-	case errors.As(err, &ce):
-		return ce.Code().String()
 	}
-	return connect.CodeUnknown.String()
+	return connect.CodeOf(err).String() // CodeUnknown unless err is or wraps a *connect.Error
 }
 
 // accessLog writes one debug line for a finished call: procedure, code,

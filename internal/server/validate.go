@@ -68,18 +68,24 @@ func errInvalid(field, format string, args ...any) error {
 func parseID(field string, b []byte) (keys.ID, error) {
 	id, err := keys.IDFromBytes(b)
 	if err != nil {
-		return keys.ID{}, errInvalid(field, "must be exactly 32 bytes, got %d", len(b))
+		return keys.ID{}, errIDLength(field, b)
 	}
 	return id, nil
+}
+
+func errIDLength(field string, b []byte) error {
+	return errInvalid(field, "must be exactly 32 bytes, got %d", len(b))
 }
 
 func parseConn(field string, c *cooldownv1.Connection) (keys.ID, string, error) {
 	if c == nil {
 		return keys.ID{}, "", errInvalid(field, "is required")
 	}
-	id, err := parseID(field+".id", c.GetId())
+	// The field's name is built only for an error: this runs for every
+	// candidate of every Admit and every Report.
+	id, err := keys.IDFromBytes(c.GetId())
 	if err != nil {
-		return id, "", err
+		return keys.ID{}, "", errIDLength(field+".id", c.GetId())
 	}
 	if err := checkLabel(c.GetLabel()); err != nil {
 		return id, "", errInvalid(field+".label", "%v", err)
