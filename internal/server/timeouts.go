@@ -30,9 +30,10 @@ func orDefault(d, def time.Duration) time.Duration {
 // moment the handler starts (the headers are bounded by the http.Server's
 // ReadHeaderTimeout). Connect reads the body before it authenticates, so
 // without it a client sending one byte a second holds a goroutine and a
-// connection for as long as it likes. The deadline is lifted once the body
-// is read to its end: a watch stream then lives as long as its caller. A
-// watch stream's writes are bounded by s.streamTO each.
+// connection for as long as it likes. Once the body is read to its end the
+// deadline no longer acts (see deadlineBody): a watch stream then lives as
+// long as its caller. A watch stream's writes are bounded by s.streamTO
+// each.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.streamTO > 0 && strings.HasSuffix(r.URL.Path, "/WatchConnections") {
@@ -50,11 +51,15 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-// deadlineBody lifts the read deadline when the body ends; on HTTP/1.1
-// (h1) it marks the answer Connection: close when the deadline cut the
-// body off: Connect answers before the body is drained, and the
-// connection must not be kept alive with the rest unread (an HTTP/2
-// stream is reset on its own).
+// deadlineBody lifts the read deadline when the body ends on HTTP/1.1
+// (h1), where it is the connection's (its background read would hit it).
+// An HTTP/2 stream's deadline acts on that stream's body alone, which has
+// ended (closing an ended body does nothing), and the stream's end stops
+// it: lifting it there would cost a message to the connection's serve
+// loop per request for nothing. On HTTP/1.1 it also marks the answer
+// Connection: close when the deadline cut the body off: Connect answers
+// before the body is drained, and the connection must not be kept alive
+// with the rest unread (an HTTP/2 stream is reset on its own).
 type deadlineBody struct {
 	io.ReadCloser
 	timeout time.Duration
@@ -71,7 +76,9 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
 	case errors.Is(err, io.EOF):
-		b.once.Do(b.lift)
+		if b.h1 {
+			b.once.Do(b.lift)
+		}
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		if b.h1 {
 			b.once.Do(b.expired)

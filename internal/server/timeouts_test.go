@@ -99,30 +99,50 @@ func TestUnaryRequestTimeout(t *testing.T) {
 	assert.Less(t, time.Since(began), bound)
 }
 
-// TestWatchOutlivesTheTimeouts: the body deadline is lifted once the
-// request is read and the unary timeout does not apply, so a watch stream
-// lives as long as its caller.
+// TestWatchOutlivesTheTimeouts: the body deadline no longer acts once the
+// request is read (HTTP/1.1 lifts it; an HTTP/2 stream's acts on the ended
+// body alone) and the unary timeout does not apply, so a watch stream
+// lives as long as its caller, over HTTP/1.1 and over h2c.
 func TestWatchOutlivesTheTimeouts(t *testing.T) {
 	t.Parallel()
-	_, rdb := redistest.Mini(t)
-	hs := timeoutServer(t, rdb, server.Options{BodyTimeout: 50 * time.Millisecond, RequestTimeout: 50 * time.Millisecond})
-	c := cooldownv1connect.NewCooldownServiceClient(hs.Client(), hs.URL)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stream, err := c.WatchConnections(ctx, connect.NewRequest(&cooldownv1.WatchConnectionsRequest{}))
-	require.NoError(t, err)
-	require.True(t, stream.Receive(), "first heartbeat: %v", stream.Err())
-	time.Sleep(300 * time.Millisecond) // several times both timeouts
-	st, err := store.New(rdb, store.Options{})
-	require.NoError(t, err)
-	_, err = st.Force(ctx, "default", testIDOf(t, newID()), breaker.ForcedOpen, 0, "ops", "")
-	require.NoError(t, err)
-	for stream.Receive() {
-		if stream.Msg().GetTransition() != nil {
-			return
-		}
+	o := server.Options{BodyTimeout: 50 * time.Millisecond, RequestTimeout: 50 * time.Millisecond}
+	for _, tc := range []struct {
+		name  string
+		proto servertest.Protocol
+	}{{"http1", servertest.HTTP1}, {"h2c", servertest.H2C}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, rdb := redistest.Mini(t)
+			ts := servertest.Start(t, servertest.WithRedis(rdb), servertest.WithProtocol(tc.proto),
+				servertest.WithHTTPServer(func(hs *http.Server) { hs.ReadHeaderTimeout = time.Second }),
+				servertest.WithServerOptions(func(so *server.Options) { so.BodyTimeout, so.RequestTimeout = o.BodyTimeout, o.RequestTimeout }))
+			hc := ts.Client()
+			if tc.proto == servertest.H2C {
+				var p http.Protocols
+				p.SetUnencryptedHTTP2(true)
+				tr := &http.Transport{Protocols: &p}
+				t.Cleanup(tr.CloseIdleConnections)
+				hc = &http.Client{Transport: tr}
+			}
+			c := cooldownv1connect.NewCooldownServiceClient(hc, ts.HTTP().URL)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			stream, err := c.WatchConnections(ctx, connect.NewRequest(&cooldownv1.WatchConnectionsRequest{}))
+			require.NoError(t, err)
+			require.True(t, stream.Receive(), "first heartbeat: %v", stream.Err())
+			time.Sleep(300 * time.Millisecond) // several times both timeouts
+			st, err := store.New(rdb, store.Options{})
+			require.NoError(t, err)
+			_, err = st.Force(ctx, "default", testIDOf(t, newID()), breaker.ForcedOpen, 0, "ops", "")
+			require.NoError(t, err)
+			for stream.Receive() {
+				if stream.Msg().GetTransition() != nil {
+					return
+				}
+			}
+			t.Fatalf("stream ended: %v", stream.Err())
+		})
 	}
-	t.Fatalf("stream ended: %v", stream.Err())
 }
 
 func testIDOf(t *testing.T, b []byte) keys.ID {
