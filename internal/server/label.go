@@ -147,7 +147,7 @@ var (
 	// spelledPrefix is a key prefix whose separators were all dropped: a
 	// key spelled out letter by letter ("s-k-p-r-o-j-a-b-c-d"). Only read
 	// from a word spelled out so: "sk admin" is a country and a word.
-	spelledPrefix = regexp.MustCompile(`^(sk|rk)(proj|ant|svcacct|admin|or)[a-z0-9]`)
+	spelledPrefix = regexp.MustCompile(`^(sk|rk)(proj|ant|svcacct|admin|or)`)
 	// hexKey is 32 or more hex digits with letters and digits both: an
 	// Azure OpenAI key, also spaced out in groups.
 	hexKey = regexp.MustCompile(`[0-9a-f]{32,}`)
