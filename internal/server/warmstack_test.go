@@ -67,7 +67,11 @@ func TestWarmStacks(t *testing.T) {
 
 	_, p := serve(2, "/cooldown.v1.CooldownService/Admit", "yes")
 	assert.Equal(t, http.ErrAbortHandler, p, "the panic reaches the request's goroutine")
-	assert.True(t, onWorkerServed(t, serve, last, 2, "/cooldown.v1.CooldownService/Admit"), "the worker survived it")
+	// The worker takes requests again once it is back in the pool; a
+	// request before that is served inline (one try flaked under -race -count=20).
+	for i := 0; !onWorkerServed(t, serve, last, 2, "/cooldown.v1.CooldownService/Admit"); i++ {
+		require.Less(t, i, 1000, "the worker survived it")
+	}
 
 	close(stop)
 	for i := 0; onWorkerServed(t, serve, last, 2, "/cooldown.v1.CooldownService/Admit"); i++ {
