@@ -20,6 +20,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
+	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/proctest"
 )
 
@@ -97,6 +98,9 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	if err != nil {
 		return err
 	}
+	if err := awaitFirstLooks(ctx, rrd, len(conns)); err != nil {
+		return err
+	}
 	ops := clusterOps(cl, conns)
 	var dCoal, dDirect, cCoal, cDirect atomic.Int64 // answers of the two hot report phases
 	ops["hotreport"] = hotReports(cl, conns[0], workers, &dCoal, &dDirect)
@@ -135,6 +139,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		cd    time.Duration
 	}
 	var rows []shardRow
+	var mix string
 	for _, ph := range phases {
 		var r0, r1 []redisStats
 		var c0, c1 time.Duration
@@ -151,6 +156,15 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 			return out
 		}
 		start, end := func() { r0 = per(); c0 = m.cpu() }, func() { c1 = m.cpu(); r1 = per() }
+		if mixPhase == ph.id {
+			cm := &commandMix{mons: m.mon}
+			s0, e0 := start, end
+			start = func() { s0(); cm.open(ctx) }
+			end = func() {
+				e0()
+				mix = fmt.Sprintf("the command mix of %q (-command-mix):\n%s", ph.name, cm.close(ctx, o.phase.Seconds()))
+			}
+		}
 		var s sample
 		switch {
 		case ph.id == "floor":
@@ -214,6 +228,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 			strings.Join(cells, "\t"), hi/math.Max(mean, 1), float64(tot.calls)/n, cpuOp, cd)
 	}
 	_ = tw.Flush()
+	fmt.Print(mix)
 	// The hot connection's shard in the last two phases: store scripts per
 	// second, without coalescing and with it, against the bound.
 	hotShard := func(r shardRow) (redisStats, float64) {
@@ -308,6 +323,41 @@ func register(ctx context.Context, cls []cooldownv1connect.CooldownServiceClient
 	return ferr
 }
 
+// awaitFirstLooks waits until the sweeper has looked once at each of the n
+// connections just registered. A registration holds its connection's wake
+// entry 10 s ahead (the store's registerGrace), so the sweeper looks at
+// every new connection once that long after, rescheduling it to its
+// expiry: three scripts each (a look, the resched, a look again), one
+// connection after the other. At a few ms per round trip on a loaded
+// machine the pass over thousands of connections took 10-20 s and fell in
+// the last phases, on every master (docs/scaling.md). It is the cost of a
+// connection's creation, not of its traffic, so it is kept out of the
+// measured phases.
+func awaitFirstLooks(ctx context.Context, rdb redis.Cmdable, n int) error {
+	const horizon = time.Hour // rescheduled entries are an idle TTL (24 h) out
+	start := time.Now()
+	deadline := start.Add(3 * time.Minute)
+	fmt.Fprintf(os.Stderr, "waiting for the sweeper's first look at %d new connections…\n", n)
+	for {
+		due, err := rdb.ZCount(ctx, keys.Wake(keys.DefaultTenant), "-inf", fmt.Sprint(time.Now().Add(horizon).UnixMilli())).Result()
+		if err != nil {
+			return fmt.Errorf("the sweeper's first looks: %w", err)
+		}
+		if due == 0 {
+			fmt.Fprintf(os.Stderr, "the sweeper looked at them in %s\n", time.Since(start).Round(100*time.Millisecond))
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the sweeper's first looks: %d of %d connections still due after %s", due, n, time.Since(start).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // Model parameters: the fleet of issue 14.
 const (
 	modelProcs    = 1000
@@ -336,6 +386,7 @@ func addClusterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&coalesceOnly, "coalesce-only", false, "with -cluster: only the coalescing check (coalescing replicas, keyed successes on one hot connection, the hot master's commands)")
 	fs.DurationVar(&clusterRedisTimeout, "cluster-redis-timeout", clusterRedisTimeout, "with -cluster: the replicas' --redis-timeout")
 	fs.DurationVar(&coalesceInterval, "coalesce-interval", coalesceInterval, "with -cluster: the coalescing replicas' --coalesce-interval")
+	fs.StringVar(&mixPhase, "command-mix", "", "with -cluster: print each master's commands in this phase (floor, admit, report, admitreport, hot, hotreport, hotcoalesced; a SLOWLOG of every command slows it)")
 }
 
 // printModel prints the analytical model of docs/scaling.md: a fleet of
