@@ -139,10 +139,7 @@ func TestGuardTrace(t *testing.T) {
 	if *updateGuardTrace {
 		writeGuardTrace(t)
 	}
-	b, err := os.ReadFile(guardTracePath)
-	require.NoError(t, err)
-	var tr guardTrace
-	require.NoError(t, json.Unmarshal(b, &tr))
+	tr := readFixture[guardTrace](t, "guard_trace.json")
 	require.NotEmpty(t, tr.Cases)
 	reached := map[string]int{}
 	for _, branch := range guardBranches {

@@ -3,9 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -66,10 +64,7 @@ type reportOrderTrace struct {
 // in order, before and at the next flush.
 func TestReportOrderTrace(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../testdata/report_order.json")
-	require.NoError(t, err)
-	var tr reportOrderTrace
-	require.NoError(t, json.Unmarshal(b, &tr))
+	tr := readFixture[reportOrderTrace](t, "report_order.json")
 	require.NotEmpty(t, tr.Cases)
 	p := fastPolicy()
 	p.ConsecutiveFailures = 100 // the fake never opens on the failures: the order is the point

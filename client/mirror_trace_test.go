@@ -1,8 +1,6 @@
 package client
 
 import (
-	"encoding/json"
-	"os"
 	"testing"
 	"time"
 
@@ -79,10 +77,7 @@ func traceOutcome(t *testing.T, s string) Outcome {
 // (outage when it degrades, degraded on each admit).
 func TestMirrorTrace(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../testdata/mirror.json")
-	require.NoError(t, err)
-	var tr mirrorTrace
-	require.NoError(t, json.Unmarshal(b, &tr))
+	tr := readFixture[mirrorTrace](t, "mirror.json")
 	require.NotEmpty(t, tr.Cases)
 	for _, tc := range tr.Cases {
 		t.Run(tc.Name, func(t *testing.T) {

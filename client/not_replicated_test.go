@@ -1,8 +1,6 @@
 package client
 
 import (
-	"encoding/json"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -37,10 +35,7 @@ type notReplicatedTrace struct {
 // too (test/not-replicated.test.ts).
 func TestNotReplicatedAdmitIsAnAnswer(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../testdata/not_replicated.json")
-	require.NoError(t, err)
-	var tr notReplicatedTrace
-	require.NoError(t, json.Unmarshal(b, &tr))
+	tr := readFixture[notReplicatedTrace](t, "not_replicated.json")
 	require.Greater(t, len(tr.Steps), DefaultDegradeAfter, "more in a row than degrade the client on errors")
 
 	svc := newFakeService(breaker.DefaultPolicy())

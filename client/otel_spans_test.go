@@ -1,8 +1,6 @@
 package client
 
 import (
-	"encoding/json"
-	"os"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -34,10 +32,7 @@ type otelSpans struct {
 // span or attribute renamed on one side fails here or in the TS test.
 func TestSpansMatchTheSharedList(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../testdata/otel_spans.json")
-	require.NoError(t, err)
-	var want otelSpans
-	require.NoError(t, json.Unmarshal(raw, &want))
+	want := readFixture[otelSpans](t, "otel_spans.json")
 	tests := []struct {
 		name    string
 		replies []reply
