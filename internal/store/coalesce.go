@@ -2,15 +2,9 @@ package store
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
 )
-
-// scriptClaim claims a coalesced batch's idempotency keys
-// (lua/coalesce_claim.lua).
-var scriptClaim = newScript(once, "lua/coalesce_claim.lua")
 
 // Coalesced is the successes a cooldownd replica merged for one
 // connection over its coalescing interval (internal/server's coalescer,
@@ -62,54 +56,46 @@ type CoalescedResult struct {
 // ReportCoalesced applies b as one report of SUCCESS of the sum of its
 // counts, as [Store.Report] would apply them one by one at the same
 // instant (internal/breaker counts a success of count n as n successes).
-// The keyed reports' idempotency keys are claimed first, in one script
-// (lua/coalesce_claim.lua) that remembers each as a report applied with
-// the answer the replica gave; a key already remembered is not counted
-// again, whichever replica or call applied it first. Then the unkeyed
-// count and the claimed ones are reported, without a key, in one
-// [Store.Report]. Between the two a failure loses the claimed successes
-// (never counts them twice): an error says the batch may be lost.
+// With keyed reports it is one script (lua/claims_open.lua, decision
+// 0063): it claims each idempotency key, remembering it as a report
+// applied with the answer the replica gave, then reports the unkeyed
+// count and the claimed ones; a key already remembered is not counted
+// again, whichever replica or call applied it first. A run refused for a
+// connection not yet registered gives its claims back before the
+// registration and the next run. An error says the batch may be lost
+// (never counted twice).
 func (s *Store) ReportCoalesced(ctx context.Context, c Conn, b Coalesced) (CoalescedResult, error) {
-	var out CoalescedResult
-	n := b.Count
-	if len(b.Keyed) > 0 {
-		l := c.layout()
-		ks := make([]string, len(b.Keyed))
-		args := make([]any, 0, 5+len(b.Keyed))
-		args = append(args, s.reportKeyTTL, s.nowArg(), b.Revision, flag(b.Retry), strconv.FormatFloat(b.Throttle, 'g', 17, 64))
-		for i, k := range b.Keyed {
-			ks[i] = l.Report(k.Key)
-			args = append(args, max(k.Count, 1))
+	rep := breaker.Report{Revision: b.Revision, Outcome: breaker.OutcomeSuccess, HTTPStatus: b.HTTPStatus, ErrorCode: b.ErrorCode,
+		Count: b.Count, Retry: b.Retry}
+	c = Conn{Tenant: c.Tenant, ID: c.ID, Label: c.Label}
+	if len(b.Keyed) == 0 {
+		if b.Count <= 0 {
+			return CoalescedResult{}, nil
 		}
-		v, err := scriptClaim.run(ctx, s.rdb, ks, args...).Result()
+		res, err := s.Report(ctx, c, rep)
 		if err != nil {
-			return CoalescedResult{}, unavailable("coalesced report", err)
+			return CoalescedResult{}, err
 		}
-		claimed, ok := v.([]any)
-		if !ok || len(claimed) != len(b.Keyed) {
-			return CoalescedResult{}, unavailable("coalesced report", fmt.Errorf("store: claim reply %v, want %d values", v, len(b.Keyed)))
-		}
-		for i, x := range claimed {
-			switch x {
-			case int64(1):
-				n += max(b.Keyed[i].Count, 1)
-			case int64(0):
-				out.Replayed++
-			default:
-				out.Reused++
-			}
-		}
+		return CoalescedResult{ReportResult: res, Applied: b.Count}, nil
 	}
-	if n <= 0 {
-		return out, nil
-	}
-	res, err := s.Report(ctx, Conn{Tenant: c.Tenant, ID: c.ID, Label: c.Label}, breaker.Report{
-		Revision: b.Revision, Outcome: breaker.OutcomeSuccess, HTTPStatus: b.HTTPStatus, ErrorCode: b.ErrorCode,
-		Count: n, Retry: b.Retry,
-	})
+	res, claimed, err := s.report(ctx, c, rep, &claims{keys: b.Keyed, throttle: b.Throttle})
 	if err != nil {
-		return CoalescedResult{}, err
+		return CoalescedResult{}, err // typed by report, as Report's
 	}
-	out.ReportResult, out.Applied = res, n
+	out := CoalescedResult{ReportResult: res}
+	n := max(b.Count, 0)
+	for i, x := range claimed {
+		switch x {
+		case 1:
+			n += max(b.Keyed[i].Count, 1)
+		case 0:
+			out.Replayed++
+		default:
+			out.Reused++
+		}
+	}
+	if !res.Now.IsZero() {
+		out.Applied = n
+	}
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -167,6 +168,89 @@ func TestReportCoalescedCountsAKeyOnce(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, 1, res.Reused)
 			assert.Equal(t, before, successes())
+		})
+	}
+}
+
+// TestReportCoalescedIsOneScript: a coalesced batch is one script run on
+// Redis, keyed or not (decision 0063), so a hot connection's scripts per
+// interval are one per replica; the batch is counted in full all the
+// same. It fails when the keys are claimed in a script of their own again
+// (two runs per keyed batch).
+func TestReportCoalescedIsOneScript(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Real(t)
+	p := keyPolicy()
+	st, err := store.New(rdb, store.Options{Policy: &p})
+	require.NoError(t, err)
+	ctx := context.Background()
+	c := store.Conn{Tenant: "t", ID: testID(0xc2)}
+	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
+	require.NoError(t, err)
+	rev := countsOf(t, st, c).Revision
+	// A script's first run on a server is an EVALSHA refused (NOSCRIPT)
+	// and an EVAL: loaded once here, on another connection.
+	_, err = st.ReportCoalesced(ctx, store.Conn{Tenant: "t", ID: testID(0xc2, 1)},
+		store.Coalesced{Keyed: []store.KeyedCount{{Key: "k-one-script-load", Count: 1}}})
+	require.NoError(t, err)
+	scripts := func() int64 { return cmdCalls(t, rdb, "evalsha") + cmdCalls(t, rdb, "eval") }
+	for i, b := range []store.Coalesced{
+		{Revision: rev, Count: 3},
+		{Revision: rev, Keyed: []store.KeyedCount{{Key: "k-one-script-0001", Count: 2}, {Key: "k-one-script-0002", Count: 1}}},
+		{Revision: rev, Count: 4, Keyed: []store.KeyedCount{{Key: "k-one-script-0003", Count: 5}}},
+		// Every key remembered: still one run, nothing counted.
+		{Revision: rev, Keyed: []store.KeyedCount{{Key: "k-one-script-0001", Count: 2}}},
+	} {
+		before, ran := countsOf(t, st, c).Successes, scripts()
+		res, err := st.ReportCoalesced(ctx, c, b)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), scripts()-ran, "batch %d: one script run", i)
+		want := b.Count
+		if i < 3 {
+			for _, k := range b.Keyed {
+				want += k.Count
+			}
+		}
+		assert.Equal(t, want, res.Applied, "batch %d", i)
+		assert.Equal(t, before+want, countsOf(t, st, c).Successes, "batch %d", i)
+	}
+}
+
+// TestReportCoalescedOnANewConnection: a keyed batch for a connection
+// Redis has not seen yet (its first successes went through this replica)
+// is refused as unregistered, registered, and run again: the first run's
+// claims are given back, so the second counts every key once, and a
+// resend to a full Report afterwards is replayed. It fails when the
+// refused run keeps its claims (the second run then finds every key
+// remembered and counts nothing) or counts them (twice).
+func TestReportCoalescedOnANewConnection(t *testing.T) {
+	t.Parallel()
+	for name, open := range keyBackends(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			p := keyPolicy()
+			st, _, _ := open(t, store.Options{Policy: &p})
+			ctx := context.Background()
+			fresh := store.Conn{Tenant: "t", ID: testID(0xc3, 1)}
+			control := store.Conn{Tenant: "t", ID: testID(0xc3, 2)}
+			_, err := st.Report(ctx, control, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200, Count: 6})
+			require.NoError(t, err)
+
+			res, err := st.ReportCoalesced(ctx, fresh, store.Coalesced{Count: 1, HTTPStatus: 200,
+				Keyed: []store.KeyedCount{{Key: "k-new-conn-000001", Count: 3}, {Key: "k-new-conn-000002", Count: 2}}})
+			require.NoError(t, err)
+			assert.Equal(t, int64(6), res.Applied)
+			assert.Zero(t, res.Replayed)
+			assert.True(t, res.Accepted)
+			got := countsOf(t, st, fresh)
+			assert.Equal(t, countsOf(t, st, control), got, "as one first success of 6")
+
+			resend := fresh
+			resend.ReportKey = "k-new-conn-000001"
+			r, err := st.Report(ctx, resend, breaker.Report{Outcome: breaker.OutcomeSuccess, Count: 3})
+			require.NoError(t, err)
+			assert.True(t, r.Replayed)
+			assert.Equal(t, got, countsOf(t, st, fresh), "the resend counts nothing")
 		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -346,6 +347,23 @@ var ErrReportKeyReused = errors.New("store: the idempotency key names a differen
 // counts nothing again; one that said something else returns
 // [ErrReportKeyReused].
 func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportResult, error) {
+	res, _, err := s.report(ctx, c, rep, nil)
+	return res, err
+}
+
+// claims are the keyed reports of a coalesced batch, claimed in the
+// batch's report script (lua/claims_open.lua).
+type claims struct {
+	keys     []KeyedCount
+	throttle float64 // the probability the replica answered them with
+}
+
+// report is [Store.Report], and with cl a coalesced batch's report: rep's
+// Count is then the unkeyed reports' (0 allowed), each of cl's keys joins
+// it if this run claims it, and the claims are returned (1 claimed, 0
+// remembered for the same report, -1 for another), with res zero when
+// nothing was left to report.
+func (s *Store) report(ctx context.Context, c Conn, rep breaker.Report, cl *claims) (ReportResult, []int64, error) {
 	p := s.connPolicy(c)
 	l := c.layout()
 	res := ReportResult{Shadow: p.Shadow}
@@ -353,16 +371,40 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	sc, release := s.durableConn(ctx, l) // s.rdb unless Options.Durability
 	defer release()
 	ks := connKeys(l)
-	if c.ReportKey != "" {
+	script, count := scriptReport, max(rep.Count, 1)
+	switch {
+	case cl != nil:
+		for _, k := range cl.keys {
+			ks = append(ks, l.Report(k.Key))
+		}
+		script, count = scriptReportClaims, max(rep.Count, 0)
+	case c.ReportKey != "":
 		ks = append(ks, l.Report(c.ReportKey))
 	}
+	var claimed []int64
 	err := s.create(ctx, c, func(registeredAt int64) (int64, error) {
 		op := []any{rep.Revision, rep.LeaseToken, int(rep.Outcome), rep.RetryAfter, rep.HTTPStatus, rep.ErrorCode, c.Label, s.jitter(),
-			registeredAt, registerGrace.Milliseconds(), max(rep.Count, 1), flag(rep.Retry), rep.Reporter}
-		if c.ReportKey != "" {
+			registeredAt, registerGrace.Milliseconds(), count, flag(rep.Retry), rep.Reporter}
+		switch {
+		case cl != nil:
+			op = append(op, s.reportKeyTTL, strconv.FormatFloat(cl.throttle, 'g', 17, 64))
+			for _, k := range cl.keys {
+				op = append(op, max(k.Count, 1))
+			}
+		case c.ReportKey != "":
 			op = append(op, s.reportKeyTTL)
 		}
-		r := newReply(scriptReport.run(ctx, sc, ks, s.args(p, l, op...)...).Result())
+		v, err := script.run(ctx, sc, ks, s.args(p, l, op...)...).Result()
+		if cl != nil && err == nil {
+			var done bool
+			if claimed, v, done, err = splitClaims(v, len(cl.keys)); err != nil {
+				return 0, unavailable("report", err)
+			}
+			if done {
+				return statusApplied, nil
+			}
+		}
+		r := newReply(v, err)
 		// REPORT_REPLY in report.lua (REUSED alone).
 		if r.first() == statusReused {
 			return 0, ErrReportKeyReused
@@ -382,7 +424,10 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 		return status, nil
 	})
 	if err != nil {
-		return ReportResult{}, err
+		return ReportResult{}, nil, err
+	}
+	if res.Now.IsZero() {
+		return ReportResult{}, claimed, nil // every key was remembered: nothing reported
 	}
 	// Scheduled before the wait for replicas: a report they did not
 	// acknowledge was applied on the master all the same, and its open
@@ -390,9 +435,32 @@ func (s *Store) Report(ctx context.Context, c Conn, rep breaker.Report) (ReportR
 	s.scheduled(ctx, c.Tenant, l, len(res.Events), wake)
 	fresh := s.freshWrite(res.Now.UnixMilli(), writtenAt)
 	if res.Durability, err = s.awaitReplicas(ctx, sc, len(res.Events) > 0, fresh); err != nil {
-		return ReportResult{}, err
+		return ReportResult{}, nil, err
 	}
-	return res, nil
+	return res, claimed, nil
+}
+
+// splitClaims reads lua/claims_close.lua's reply: the claims of n keys,
+// and the report's reply unless done (nothing was left to report).
+func splitClaims(v any, n int) (claimed []int64, report any, done bool, err error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) < 1 || len(arr) > 2 {
+		return nil, nil, false, fmt.Errorf("store: claims reply %v, want {claims} or {claims, report}", v)
+	}
+	flags, ok := arr[0].([]any)
+	if !ok || len(flags) != n {
+		return nil, nil, false, fmt.Errorf("store: claims %v, want %d values", arr[0], n)
+	}
+	claimed = make([]int64, n)
+	for i, f := range flags {
+		if claimed[i], ok = f.(int64); !ok {
+			return nil, nil, false, fmt.Errorf("store: claim %d is %T, not an integer", i, f)
+		}
+	}
+	if len(arr) == 1 {
+		return claimed, nil, true, nil
+	}
+	return claimed, arr[1], false, nil
 }
 
 // ExtendLease moves a live probe lease's expiry to now+ttl (ttl 0: the

@@ -36,6 +36,10 @@ var (
 	// run finds already applied.
 	scriptAdmit  = newScript(once, parts(head, "lua/admit_fast.lua", prelude, "lua/admit.lua")...)
 	scriptReport = newScript(once, parts(head, "lua/report_fast.lua", prelude, "lua/report.lua")...)
+	// scriptReportClaims is a coalesced batch's: the claims of its keyed
+	// reports, then report's parts as one function (lua/claims_open.lua).
+	scriptReportClaims = newScript(once, parts(head, "lua/claims_open.lua", "lua/report_fast.lua", prelude, "lua/report.lua",
+		"lua/claims_close.lua")...)
 	scriptForce  = newScript(once, parts(head, prelude, "lua/force.lua")...)
 	scriptExtend = newScript(once, parts(head, prelude, "lua/extend.lua")...)
 	scriptGet    = redisScript(parts(head, prelude, "lua/get.lua")...)
