@@ -5,11 +5,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cooldownd/cooldownd/internal/breaker"
-	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
 
@@ -179,13 +179,12 @@ func TestReportCoalescedCountsAKeyOnce(t *testing.T) {
 // (two runs per keyed batch).
 func TestReportCoalescedIsOneScript(t *testing.T) {
 	t.Parallel()
-	rdb := redistest.Real(t)
 	p := keyPolicy()
-	st, err := store.New(rdb, store.Options{Policy: &p})
-	require.NoError(t, err)
+	st, u, _ := keyBackends(t)["real"](t, store.Options{Policy: &p})
+	rdb := u.(*redis.Client)
 	ctx := context.Background()
 	c := store.Conn{Tenant: "t", ID: testID(0xc2)}
-	_, err = st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
+	_, err := st.Report(ctx, c, breaker.Report{Outcome: breaker.OutcomeSuccess, HTTPStatus: 200})
 	require.NoError(t, err)
 	rev := countsOf(t, st, c).Revision
 	// A script's first run on a server is an EVALSHA refused (NOSCRIPT)
