@@ -142,7 +142,7 @@ func TestMirrorHoldsCooldowndsAnswer(t *testing.T) {
 
 			svc.event(&cooldownv1.ConnectionState{Connection: wireConn(cn), State: cooldownv1.State_STATE_CLOSED,
 				Revision: adm.Revision + tt.bump + 1, Fleet: &cooldownv1.FleetCounts{}})
-			require.Eventually(t, func() bool { return c.Stats().Mirror.Mirrored == 1 }, 5*time.Second, time.Millisecond,
+			require.Eventually(t, func() bool { return inMirror(c, cn) }, 5*time.Second, time.Millisecond,
 				"an event closed at a newer revision brings it back")
 			a, err = c.Admit(t.Context(), cn)
 			require.NoError(t, err)
