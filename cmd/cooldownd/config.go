@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"slices"
 	"strconv"
@@ -31,6 +32,9 @@ type config struct {
 	idleTTL          time.Duration
 	reportKeyTTL     time.Duration
 	coalesce         time.Duration // --coalesce-interval, 0: off
+	peerAddress      string        // --coalesce-peer-address, "": no routing (decision 0064)
+	peerTokenFile    string
+	peerCAFile       string
 	shutdownTimeout  time.Duration
 	history          int
 	policy           breaker.Policy
@@ -86,6 +90,9 @@ func parseConfig(args []string, env environ, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
 	fs.DurationVar(&c.idleTTL, "idle-ttl", 24*time.Hour, "how long an untouched connection's state is kept (at least this long after its last report, up to 9/8 of it)")
 	fs.DurationVar(&c.reportKeyTTL, "report-key-ttl", store.DefaultReportKeyTTL, "how long a report's idempotency key is remembered: a client's resend within it is answered as the first send and counted once; at least the clients' report queue max age (1m by default)")
+	fs.StringVar(&c.peerAddress, "coalesce-peer-address", "", "with --coalesce-interval: this replica's host:port as the other replicas reach it (a pod's IP and --addr's port); each connection's batches are then routed to one live replica, which merges every replica's before they reach Redis (decision 0064). Needs --coalesce-peer-token-file")
+	fs.StringVar(&c.peerTokenFile, "coalesce-peer-token-file", "", "file holding the token every routing replica shares (at least 16 characters); it authenticates their PeerService calls")
+	fs.StringVar(&c.peerCAFile, "coalesce-peer-ca-file", "", "with --tls-cert-file: PEM CA bundle to verify the other replicas' certificates with (system roots when empty)")
 	fs.DurationVar(&c.coalesce, "coalesce-interval", 0, "merge the success reports of healthy connections for this long per connection before they reach Redis, one report of their sum per connection and interval (decision 0054); 0: off, else in [10ms, 5s]")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 20*time.Second, "how long SIGTERM waits for in-flight requests")
 	fs.IntVar(&c.history, "history", 50, "transitions kept per connection")
@@ -247,6 +254,19 @@ func (c config) validate() error {
 	}
 	if c.coalesce != 0 && (c.coalesce < 10*time.Millisecond || c.coalesce > 5*time.Second) {
 		errs = append(errs, fmt.Errorf("--coalesce-interval must be 0 (off) or in [10ms, 5s], got %s", c.coalesce))
+	}
+	if c.peerAddress != "" {
+		if c.coalesce == 0 {
+			errs = append(errs, errors.New("--coalesce-peer-address needs --coalesce-interval: routing carries coalesced batches"))
+		}
+		if c.peerTokenFile == "" {
+			errs = append(errs, errors.New("--coalesce-peer-address needs --coalesce-peer-token-file"))
+		}
+		if _, port, err := net.SplitHostPort(c.peerAddress); err != nil || port == "" || port == "0" {
+			errs = append(errs, fmt.Errorf("--coalesce-peer-address must be host:port, got %q", c.peerAddress))
+		}
+	} else if c.peerTokenFile != "" || c.peerCAFile != "" {
+		errs = append(errs, errors.New("--coalesce-peer-token-file and --coalesce-peer-ca-file need --coalesce-peer-address"))
 	}
 	if c.history < 1 || c.history > 1000 {
 		errs = append(errs, fmt.Errorf("--history must be in [1, 1000], got %d", c.history))

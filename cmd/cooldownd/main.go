@@ -159,6 +159,16 @@ func serve(ctx context.Context, cfg config, env environ, build buildinfo.Info, l
 		return err
 	}
 	srv.StartCoalescing(cfg.coalesce) // --coalesce-interval, off at 0 (decision 0054)
+	if cfg.peerAddress != "" {
+		po, err := peerOptions(cfg)
+		if err != nil {
+			return err
+		}
+		if err := srv.RouteCoalesced(po); err != nil {
+			return err
+		}
+		log.Info("coalesced batches routed to each connection's owner among the live replicas", "peer_address", cfg.peerAddress)
+	}
 	rdb.AddHook(latencyHook{observe: srv.ObserveRedis})
 	// Outside the timeout, so a round trip cut off by --redis-timeout is
 	// seen as one; "slow" is half of it.

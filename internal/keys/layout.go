@@ -111,5 +111,10 @@ const Tenants = "cd:tenants"
 // SweepLock is the key of the sweeper's lock.
 const SweepLock = "cd:sweeper"
 
+// Peers is the key of the live coalescing replicas that route each
+// connection's batches to one of them (a sorted set: address → when its
+// registration lapses, Unix ms).
+const Peers = "cd:peers"
+
 // Channel is the pub/sub channel of a tenant's transitions.
 func Channel(tenant string) string { return "cd:ev:" + tenant }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -72,6 +73,9 @@ type coalescer struct {
 	timeout  time.Duration // of one batch's store calls
 	maxConns int
 	maxKeyed int
+	// route, when set, sends each connection's batches to its owner among
+	// the live replicas instead of Redis (decision 0064).
+	route coalesceRoute
 
 	mu      sync.Mutex
 	entries map[connKey]*coalesceEntry
@@ -105,6 +109,10 @@ type coalesceEntry struct {
 	// applying, while batches taken from pending are being applied (by a
 	// flush or by settle), is closed once they are.
 	applying chan struct{}
+	// forwardTo is the peer this replica last routed the connection's
+	// batches to, at forwardedAt; settle asks it to apply them first.
+	forwardTo   string
+	forwardedAt time.Time
 }
 
 // coalesceBatch is the successes taken at one revision with one retry flag.
@@ -116,6 +124,9 @@ type coalesceBatch struct {
 	keys   map[string]int64 // key → count, for a resend to this replica
 	status int
 	code   string
+	// peer: the batch holds successes a peer routed here; it is applied
+	// here, never routed on.
+	peer bool
 }
 
 func newCoalescer(st coalesceStore, log *slog.Logger, interval, timeout time.Duration) *coalescer {
@@ -271,11 +282,41 @@ func (s *Server) StartCoalescing(interval time.Duration) {
 	s.coalesce.start(s.now)
 }
 
+// RouteCoalesced makes a coalescing server send each connection's
+// batches to the one live replica that owns it (decision 0064), which
+// merges the batches of every replica before they reach Redis: a
+// connection then costs Redis one batch per interval, not one per replica.
+// Every replica must run it with the same token. Call it after
+// [Server.StartCoalescing] and before [Server.Handler] (which then serves
+// PeerService).
+func (s *Server) RouteCoalesced(o PeerOptions) error {
+	if s.coalesce == nil {
+		return errors.New("server: routing needs coalescing (StartCoalescing)")
+	}
+	if s.peers != nil {
+		return errors.New("server: routing already started")
+	}
+	r, err := newRouter(s.store, s.log, o)
+	if err != nil {
+		return err
+	}
+	s.peers = r
+	s.coalesce.mu.Lock()
+	s.coalesce.route = r
+	s.coalesce.mu.Unlock()
+	r.start()
+	return nil
+}
+
 // StopCoalescing stops coalescing and applies every success the server
 // holds, within ctx: call it once the HTTP server has drained (after
 // http.Server.Shutdown), so that no report acknowledged is lost on a
-// clean stop. Reports after it are applied at once.
+// clean stop. Reports after it are applied at once. A routing server
+// first leaves its peers, then applies here what it holds.
 func (s *Server) StopCoalescing(ctx context.Context) {
+	if s.peers != nil {
+		s.peers.close(ctx)
+	}
 	if s.coalesce != nil {
 		s.coalesce.close(ctx, s.now)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
@@ -18,6 +19,9 @@ type flushed struct {
 	b   *coalesceBatch
 	res store.CoalescedResult
 	err error
+	// peer is, for a batch a peer took (decision 0064), what the peer had
+	// learned of the connection.
+	peer *cooldownv1.PeerLearned
 }
 
 // flushJob is one connection's batches, taken from its entry to be
@@ -55,13 +59,24 @@ func (k *coalescer) applyJob(ctx context.Context, j flushJob) []flushed {
 	for _, b := range j.batches {
 		out = append(out, k.apply(ctx, j.key, j.label, b))
 	}
+	k.finish(j, "", time.Time{})
+	return out
+}
+
+// finish marks j's application done; forwardTo non-empty: its batches
+// went to that peer at t.
+func (k *coalescer) finish(j flushJob, forwardTo string, t time.Time) {
 	k.mu.Lock()
-	if e := k.entries[j.key]; e != nil && e.applying == j.done {
-		e.applying = nil
+	if e := k.entries[j.key]; e != nil {
+		if e.applying == j.done {
+			e.applying = nil
+		}
+		if forwardTo != "" {
+			e.forwardTo, e.forwardedAt = forwardTo, t
+		}
 	}
 	k.mu.Unlock()
 	close(j.done)
-	return out
 }
 
 // flush applies every batch held (each connection's on its own, up to
@@ -85,9 +100,13 @@ func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
 	if len(jobs) == 0 {
 		return
 	}
-	out := make(chan []flushed, len(jobs))
-	work := make(chan flushJob)
+	jobs, routed := k.routed(jobs)
+	out := make(chan []flushed, len(jobs)+len(routed))
 	var wg sync.WaitGroup
+	for addr, js := range routed {
+		wg.Go(func() { out <- k.forward(ctx, addr, js, now) })
+	}
+	work := make(chan flushJob)
 	for range min(coalesceFlushers, len(jobs)) {
 		wg.Go(func() {
 			for j := range work {
@@ -117,11 +136,32 @@ func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
 // flush applying c's batches is waited for (within ctx); batches still
 // pending are applied now. It costs nothing to a connection with
 // nothing held.
+//
+// With routing (decision 0064) the batches this replica sent c's owner
+// within the last two intervals are applied first too: the owner is asked
+// to settle c (a Settle call; when it fails, the order across the two is
+// by interval, as across replicas without routing).
 func (k *coalescer) settle(ctx context.Context, c store.Conn, now func() time.Time) {
+	k.settleOn(ctx, c, now, true)
+}
+
+// settleHeld is settle for a peer's Settle: what this replica holds, not
+// what it routed on (two replicas with different views of who owns c
+// must not ask each other in a loop).
+func (k *coalescer) settleHeld(ctx context.Context, c store.Conn, now func() time.Time) {
+	k.settleOn(ctx, c, now, false)
+}
+
+func (k *coalescer) settleOn(ctx context.Context, c store.Conn, now func() time.Time, routed bool) {
 	key := connKey{c.Tenant, c.ID}
 	k.mu.Lock()
 	e := k.entries[key]
-	if e == nil || (e.applying == nil && e.pending[0] == nil && e.pending[1] == nil) {
+	var peer string
+	var sent time.Time
+	if e != nil && routed && e.forwardTo != "" && now().Sub(e.forwardedAt) < 2*k.interval+k.timeout {
+		peer, sent = e.forwardTo, e.forwardedAt
+	}
+	if e == nil || (e.applying == nil && e.pending[0] == nil && e.pending[1] == nil && peer == "") {
 		k.mu.Unlock()
 		return
 	}
@@ -133,6 +173,9 @@ func (k *coalescer) settle(ctx context.Context, c store.Conn, now func() time.Ti
 		case <-wait:
 		case <-ctx.Done():
 		}
+	}
+	if peer != "" {
+		k.settlePeer(ctx, key, c.Label, peer, sent)
 	}
 	if !ok {
 		return
@@ -151,6 +194,12 @@ func (k *coalescer) learnFlushed(fs []flushed, t time.Time) {
 	for _, f := range fs {
 		e := k.entries[f.key]
 		switch {
+		case f.peer != nil:
+			// The peer applies it at its next flush; what it learned of the
+			// connection (a trip seen in its answers) reaches this replica.
+			if l := f.peer; e != nil && l.GetKnown() {
+				e.set(l.GetHealthy(), store.ReportResult{Revision: l.GetRevision(), Shadow: l.GetShadow(), Now: l.GetServerTime().AsTime()}, t)
+			}
 		case f.err != nil:
 			// Lost (decision 0054): the batch may have been applied in
 			// part, and a second try could count it twice.

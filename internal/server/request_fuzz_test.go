@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/stretchr/testify/require"
@@ -11,6 +12,7 @@ import (
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
+	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/redistest"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
@@ -84,5 +86,50 @@ func FuzzAdmitRequest(f *testing.F) {
 		require.True(t, n >= 1 && n <= MaxCandidates)
 		require.Less(t, int(res.Msg.GetCandidateIndex()), n)
 		require.LessOrEqual(t, len(m.GetRetry()), n)
+	})
+}
+
+// FuzzMergeRequest: PeerService's Merge refuses what is out of bounds
+// (InvalidArgument) and never panics; what a coalescing replica takes is
+// within them: valid tenants and ids, keys of the report-key alphabet,
+// counts in range, and a pending keyed count that matches what it took.
+func FuzzMergeRequest(f *testing.F) {
+	s := fuzzServer(f)
+	s.StartCoalescing(time.Hour)
+	id := make([]byte, 32)
+	pc := &cooldownv1.PeerConnection{Tenant: "default", Id: id, Label: "openai gpt-4o"}
+	seedBytes(f, &cooldownv1.MergeRequest{Batches: []*cooldownv1.PeerBatch{{Connection: pc, Revision: 3, Count: 40, HttpStatus: 200}}})
+	seedBytes(f, &cooldownv1.MergeRequest{Batches: []*cooldownv1.PeerBatch{{Connection: pc, Retry: true,
+		Keyed: []*cooldownv1.PeerKeyedCount{{Key: "process-01-batch-0001", Count: 3}, {Key: "process-01-batch-0001", Count: 3}}}}})
+	seedBytes(f, &cooldownv1.MergeRequest{Batches: []*cooldownv1.PeerBatch{{Connection: &cooldownv1.PeerConnection{Tenant: "a b", Id: id[:31]}, Count: -1}}})
+	seedBytes(f, &cooldownv1.MergeRequest{Batches: []*cooldownv1.PeerBatch{{Connection: pc, Keyed: []*cooldownv1.PeerKeyedCount{{Key: "short", Count: 0}}}}})
+	svc := peerService{s}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m cooldownv1.MergeRequest
+		if proto.Unmarshal(data, &m) != nil {
+			return
+		}
+		before := s.coalesce.keyed
+		res, err := svc.Merge(context.Background(), connect.NewRequest(&m))
+		if err != nil {
+			require.Equal(t, connect.CodeInvalidArgument, connect.CodeOf(err), "%v", err)
+			return
+		}
+		require.Len(t, res.Msg.GetAccepted(), len(m.GetBatches()))
+		took := 0
+		for i, b := range m.GetBatches() {
+			require.NoError(t, keys.ValidateTenant(b.GetConnection().GetTenant()))
+			require.Len(t, b.GetConnection().GetId(), 32)
+			require.NoError(t, checkLabel(b.GetConnection().GetLabel()))
+			for _, kc := range b.GetKeyed() {
+				require.Regexp(t, `^[A-Za-z0-9_-]{16,64}$`, kc.GetKey())
+				require.True(t, kc.GetCount() >= 1 && kc.GetCount() <= MaxBatch)
+			}
+			if res.Msg.GetAccepted()[i] {
+				took += len(b.GetKeyed())
+			}
+		}
+		require.Equal(t, before+took, s.coalesce.keyed)
+		s.coalesce.flush(context.Background(), s.now) // start empty again
 	})
 }

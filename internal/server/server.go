@@ -94,6 +94,7 @@ type Server struct {
 	watchMu   sync.Mutex
 	watching  map[string]int // open watch streams per tenant
 	coalesce  *coalescer     // nil unless StartCoalescing (coalesce.go)
+	peers     *router        // nil unless RouteCoalesced (route.go)
 }
 
 // New returns a Server. It returns an error when Options.Store is nil.
@@ -166,6 +167,9 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(cooldownv1connect.NewCooldownServiceHandler(cooldownService{s}, opts...))
 	mux.Handle(cooldownv1connect.NewAdminServiceHandler(adminService{s}, opts...))
+	if s.peers != nil {
+		mux.Handle(cooldownv1connect.NewPeerServiceHandler(peerService{s}, s.peerOptions()...))
+	}
 	checker := &healthChecker{store: s.store, timeout: s.readyTO}
 	mux.Handle(grpchealth.NewHandler(checker))
 	services := []string{cooldownv1connect.CooldownServiceName, cooldownv1connect.AdminServiceName, grpchealth.HealthV1ServiceName}
