@@ -96,6 +96,7 @@ func TestCoalescePeerFlags(t *testing.T) {
 		{"without coalescing", []string{"--coalesce-peer-address=10.1.2.3:8080", "--coalesce-peer-token-file=/t"}, "needs --coalesce-interval"},
 		{"without a token", []string{"--coalesce-interval=250ms", "--coalesce-peer-address=10.1.2.3:8080"}, "needs --coalesce-peer-token-file"},
 		{"no port", []string{"--coalesce-interval=250ms", "--coalesce-peer-address=10.1.2.3", "--coalesce-peer-token-file=/t"}, "host:port"},
+		{"no host", []string{"--coalesce-interval=250ms", "--coalesce-peer-address=:8080", "--coalesce-peer-token-file=/t"}, "host:port"},
 		{"port 0", []string{"--coalesce-interval=250ms", "--coalesce-peer-address=10.1.2.3:0", "--coalesce-peer-token-file=/t"}, "host:port"},
 		{"a token without an address", []string{"--coalesce-interval=250ms", "--coalesce-peer-token-file=/t"}, "need --coalesce-peer-address"},
 	} {

@@ -262,7 +262,7 @@ func (c config) validate() error {
 		if c.peerTokenFile == "" {
 			errs = append(errs, errors.New("--coalesce-peer-address needs --coalesce-peer-token-file"))
 		}
-		if _, port, err := net.SplitHostPort(c.peerAddress); err != nil || port == "" || port == "0" {
+		if host, port, err := net.SplitHostPort(c.peerAddress); err != nil || host == "" || port == "" || port == "0" {
 			errs = append(errs, fmt.Errorf("--coalesce-peer-address must be host:port, got %q", c.peerAddress))
 		}
 	} else if c.peerTokenFile != "" || c.peerCAFile != "" {

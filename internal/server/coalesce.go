@@ -153,6 +153,11 @@ func (k *coalescer) take(c store.Conn, rep breaker.Report, now time.Time) (resp 
 		i = 1
 	}
 	b := e.pending[i]
+	if b != nil && b.rev != e.rev {
+		// Held at an older revision (a peer's, or before an answer moved
+		// it): this one goes at once, after them (settle).
+		return nil, false, nil
+	}
 	n := max(rep.Count, 1)
 	if c.ReportKey != "" {
 		if b != nil {

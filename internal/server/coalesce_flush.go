@@ -66,14 +66,12 @@ func (k *coalescer) applyJob(ctx context.Context, j flushJob) []flushed {
 // finish marks j's application done; forwardTo non-empty: its batches
 // went to that peer at t.
 func (k *coalescer) finish(j flushJob, forwardTo string, t time.Time) {
+	if forwardTo != "" {
+		k.routedTo(j.key, forwardTo, t)
+	}
 	k.mu.Lock()
-	if e := k.entries[j.key]; e != nil {
-		if e.applying == j.done {
-			e.applying = nil
-		}
-		if forwardTo != "" {
-			e.forwardTo, e.forwardedAt = forwardTo, t
-		}
+	if e := k.entries[j.key]; e != nil && e.applying == j.done {
+		e.applying = nil
 	}
 	k.mu.Unlock()
 	close(j.done)
@@ -91,6 +89,12 @@ func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
 		}
 		j, ok := k.detach(key, e)
 		if !ok {
+			if e.forwardTo != "" && now().Sub(e.forwardedAt) < k.routeWindow() {
+				// Kept for settle, which asks the owner to apply what was
+				// routed to it; not learned any more.
+				e.healthy = false
+				continue
+			}
 			delete(k.entries, key)
 			continue
 		}
@@ -100,12 +104,10 @@ func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
 	if len(jobs) == 0 {
 		return
 	}
-	jobs, routed := k.routed(jobs)
-	out := make(chan []flushed, len(jobs)+len(routed))
+	jobs, fwd := k.forwardAll(ctx, jobs, now)
+	out := make(chan []flushed, len(jobs)+1)
+	out <- fwd
 	var wg sync.WaitGroup
-	for addr, js := range routed {
-		wg.Go(func() { out <- k.forward(ctx, addr, js, now) })
-	}
 	work := make(chan flushJob)
 	for range min(coalesceFlushers, len(jobs)) {
 		wg.Go(func() {
@@ -156,11 +158,13 @@ func (k *coalescer) settleOn(ctx context.Context, c store.Conn, now func() time.
 	key := connKey{c.Tenant, c.ID}
 	k.mu.Lock()
 	e := k.entries[key]
-	var peer string
-	var sent time.Time
-	if e != nil && routed && e.forwardTo != "" && now().Sub(e.forwardedAt) < 2*k.interval+k.timeout {
-		peer, sent = e.forwardTo, e.forwardedAt
+	routedTo := func(e *coalesceEntry) (string, time.Time) { // k.mu held
+		if e != nil && routed && e.forwardTo != "" && now().Sub(e.forwardedAt) < k.routeWindow() {
+			return e.forwardTo, e.forwardedAt
+		}
+		return "", time.Time{}
 	}
+	peer, _ := routedTo(e)
 	if e == nil || (e.applying == nil && e.pending[0] == nil && e.pending[1] == nil && peer == "") {
 		k.mu.Unlock()
 		return
@@ -174,8 +178,15 @@ func (k *coalescer) settleOn(ctx context.Context, c store.Conn, now func() time.
 		case <-ctx.Done():
 		}
 	}
-	if peer != "" {
-		k.settlePeer(ctx, key, c.Label, peer, sent)
+	if routed {
+		// Read again: a flush routing c's batches records the owner once
+		// its Merge is answered, which wait waited for.
+		k.mu.Lock()
+		peer, sent := routedTo(k.entries[key])
+		k.mu.Unlock()
+		if peer != "" {
+			k.settlePeer(ctx, key, c.Label, peer, sent)
+		}
 	}
 	if !ok {
 		return
@@ -196,8 +207,11 @@ func (k *coalescer) learnFlushed(fs []flushed, t time.Time) {
 		switch {
 		case f.peer != nil:
 			// The peer applies it at its next flush; what it learned of the
-			// connection (a trip seen in its answers) reaches this replica.
-			if l := f.peer; e != nil && l.GetKnown() {
+			// connection (a trip seen in its answers) reaches this replica:
+			// a newer revision, or at this one that it is not healthy (its
+			// view may be older than this replica's, so it never makes a
+			// connection healthy again at the same revision).
+			if l := f.peer; e != nil && l.GetKnown() && (l.GetRevision() > e.rev || !l.GetHealthy()) {
 				e.set(l.GetHealthy(), store.ReportResult{Revision: l.GetRevision(), Shadow: l.GetShadow(), Now: l.GetServerTime().AsTime()}, t)
 			}
 		case f.err != nil:
@@ -266,7 +280,10 @@ func (k *coalescer) close(ctx context.Context, now func() time.Time) {
 	}
 	if k.stop != nil {
 		close(k.stop)
-		<-k.done
+		select {
+		case <-k.done:
+		case <-ctx.Done(): // a flush is still at it: flush what it left anyway
+		}
 	}
 	for {
 		k.flush(ctx, now)

@@ -2,7 +2,12 @@ package server
 
 import (
 	"context"
+	"errors"
+	"net"
+	"sync"
 	"time"
+
+	"connectrpc.com/connect"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 )
@@ -45,11 +50,55 @@ func (k *coalescer) routed(jobs []flushJob) (local []flushJob, remote map[string
 	return local, remote
 }
 
+// routeWindow is how long after routing a connection's batches settle
+// asks the owner to apply them first: the owner applies them at its
+// next flush, within an interval of taking them.
+func (k *coalescer) routeWindow() time.Duration { return 2*k.interval + k.timeout }
+
+// forwardAll routes the batches of the jobs other replicas own (one
+// goroutine per owner, all within one k.timeout) and returns the jobs to
+// apply here (those this replica owns, and what an owner did not take)
+// with the batches routed.
+func (k *coalescer) forwardAll(ctx context.Context, jobs []flushJob, now func() time.Time) (local []flushJob, out []flushed) {
+	local, remote := k.routed(jobs)
+	if len(remote) == 0 {
+		return local, nil
+	}
+	fctx, cancel := ctx, context.CancelFunc(func() {})
+	if k.timeout > 0 {
+		fctx, cancel = context.WithTimeout(ctx, k.timeout)
+	}
+	defer cancel()
+	type result struct {
+		out  []flushed
+		left []flushJob
+	}
+	res := make(chan result, len(remote))
+	var wg sync.WaitGroup
+	for addr, js := range remote {
+		wg.Go(func() {
+			o, l := k.forward(fctx, addr, js, now)
+			res <- result{o, l}
+		})
+	}
+	wg.Wait()
+	close(res)
+	for r := range res {
+		out = append(out, r.out...)
+		local = append(local, r.left...)
+	}
+	return local, out
+}
+
 // forward sends js's batches to their owner addr, in Merges of at most
 // peerMaxBatches batches and peerMaxKeyed keyed reports (a job's batches in
-// one), and applies here what addr did not take.
-func (k *coalescer) forward(ctx context.Context, addr string, js []flushJob, now func() time.Time) []flushed {
-	var out []flushed
+// one), and returns what addr took and the jobs left to apply here: the
+// batches addr refused, and every batch after a Merge that surely did
+// not reach it (the owner is not called again in this flush). A Merge
+// that may have reached it (a timeout, a reset after sending) is not
+// sent again and not applied here, which could count it twice: it is
+// lost, as a batch whose store call fails (decision 0054).
+func (k *coalescer) forward(ctx context.Context, addr string, js []flushJob, now func() time.Time) (out []flushed, left []flushJob) {
 	for len(js) > 0 {
 		n, batches, keyed := 0, 0, 0
 		for n < len(js) {
@@ -63,52 +112,95 @@ func (k *coalescer) forward(ctx context.Context, addr string, js []flushJob, now
 			batches, keyed = batches+len(js[n].batches), keyed+kb
 			n++
 		}
-		out = append(out, k.forwardChunk(ctx, addr, js[:n], now)...)
+		o, l, err := k.forwardChunk(ctx, addr, js[:n], now)
+		out, left = append(out, o...), append(left, l...)
 		js = js[n:]
+		if err != nil {
+			return out, append(left, js...)
+		}
 	}
-	return out
+	return out, left
 }
 
-func (k *coalescer) forwardChunk(ctx context.Context, addr string, js []flushJob, now func() time.Time) []flushed {
+// errRouteLost is a routed batch's error when its Merge may have reached
+// the owner but was not answered.
+var errRouteLost = errors.New("routed to its owner without an answer: lost rather than counted twice")
+
+func (k *coalescer) forwardChunk(ctx context.Context, addr string, js []flushJob, now func() time.Time) (out []flushed, left []flushJob, err error) {
 	var req []*cooldownv1.PeerBatch
 	for _, j := range js {
 		for _, b := range j.batches {
 			req = append(req, peerBatchOf(j, b))
 		}
 	}
-	mctx, cancel := ctx, context.CancelFunc(func() {})
-	if k.timeout > 0 {
-		mctx, cancel = context.WithTimeout(ctx, k.timeout)
-	}
-	res, err := k.route.merge(mctx, addr, req)
-	cancel()
-	if err != nil {
+	res, err := k.route.merge(ctx, addr, req)
+	switch {
+	case err != nil && notMerged(err):
 		k.log.Warn("coalesced successes not routed: applied here", "peer", addr, "batches", len(req), "err", err)
+		return nil, js, err
+	case err != nil:
+		k.log.Warn("coalesced successes routed without an answer", "peer", addr, "batches", len(req), "err", err)
+		for _, j := range js {
+			for _, b := range j.batches {
+				out = append(out, flushed{key: j.key, b: b, err: errRouteLost})
+			}
+			k.finish(j, "", time.Time{})
+		}
+		return out, nil, err
 	}
-	var out []flushed
 	i := 0
 	for _, j := range js {
-		to := ""
+		rest := j
+		rest.batches = nil
 		for _, b := range j.batches {
-			if err == nil && res.GetAccepted()[i] {
-				out = append(out, flushed{key: j.key, b: b, peer: res.GetLearned()[i]})
-				to = addr
-			} else {
-				out = append(out, k.apply(ctx, j.key, j.label, b))
+			// What the owner learned counts for a batch it refused too
+			// (it may have refused it for a newer revision).
+			out = append(out, flushed{key: j.key, b: b, peer: res.GetLearned()[i]})
+			if !res.GetAccepted()[i] {
+				rest.batches = append(rest.batches, b)
 			}
 			i++
 		}
-		k.finish(j, to, now())
+		switch {
+		case len(rest.batches) == len(j.batches):
+			left = append(left, j)
+		case len(rest.batches) > 0:
+			k.routedTo(j.key, addr, now())
+			left = append(left, rest) // its application closes j.done
+		default:
+			k.finish(j, addr, now())
+		}
 	}
-	return out
+	return out, left, nil
+}
+
+// notMerged says a Merge's error shows the owner took none of it: it
+// was refused before merging, or never sent (no connection).
+func notMerged(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnauthenticated, connect.CodeInvalidArgument, connect.CodeFailedPrecondition,
+		connect.CodeUnimplemented, connect.CodeResourceExhausted:
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// routedTo records that key's batches went to addr at t.
+func (k *coalescer) routedTo(key connKey, addr string, t time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e := k.entries[key]; e != nil {
+		e.forwardTo, e.forwardedAt = addr, t
+	}
 }
 
 // settlePeer asks peer to apply what it holds of key, sent to it at sent,
 // and forgets the peer when nothing was routed to it since.
 func (k *coalescer) settlePeer(ctx context.Context, key connKey, label, peer string, sent time.Time) {
-	sctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+	sctx, cancel := ctx, context.CancelFunc(func() {})
 	if k.timeout > 0 {
-		sctx, cancel = context.WithTimeout(sctx, k.timeout)
+		sctx, cancel = context.WithTimeout(ctx, k.timeout)
 	}
 	defer cancel()
 	if err := k.route.settle(sctx, peer, key, label); err != nil {

@@ -23,7 +23,7 @@ const peerMaxCount = 1 << 40
 // route to this one hand it.
 type peerService struct{ s *Server }
 
-func (p peerService) Merge(_ context.Context, req *connect.Request[cooldownv1.MergeRequest]) (*connect.Response[cooldownv1.MergeResponse], error) {
+func (p peerService) Merge(ctx context.Context, req *connect.Request[cooldownv1.MergeRequest]) (*connect.Response[cooldownv1.MergeResponse], error) {
 	bs := req.Msg.GetBatches()
 	if len(bs) > peerMaxBatches {
 		return nil, errInvalid("batches", "at most %d, got %d", peerMaxBatches, len(bs))
@@ -45,7 +45,11 @@ func (p peerService) Merge(_ context.Context, req *connect.Request[cooldownv1.Me
 	if k == nil {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("this replica does not coalesce"))
 	}
-	return connect.NewResponse(k.merge(in, p.s.now())), nil
+	res, err := k.merge(ctx, in, p.s.now())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewResponse(res), nil
 }
 
 func (p peerService) Settle(ctx context.Context, req *connect.Request[cooldownv1.SettleRequest]) (*connect.Response[cooldownv1.SettleResponse], error) {
@@ -123,15 +127,20 @@ func parsePeerBatch(b *cooldownv1.PeerBatch) (peerBatch, error) {
 // next flush with its own: a batch joins the connection's pending batch of
 // its retry flag when that one is at its revision, or starts it. It is
 // refused (the peer applies it itself) when this replica is closing, past
-// its bounds, or holds that connection's successes at another revision.
-func (k *coalescer) merge(in []peerBatch, now time.Time) *cooldownv1.MergeResponse {
+// its bounds, or has learned the connection at another revision or holds
+// its successes at one. Nothing is taken once ctx is done: the peer that
+// gave up on the answer counts the batches as lost, not applied.
+func (k *coalescer) merge(ctx context.Context, in []peerBatch, now time.Time) (*cooldownv1.MergeResponse, error) {
 	out := &cooldownv1.MergeResponse{Accepted: make([]bool, len(in)), Learned: make([]*cooldownv1.PeerLearned, len(in))}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	for i, pb := range in {
 		e := k.entries[pb.key]
 		out.Learned[i] = learnedOf(e, now)
-		if k.closed || k.keyed+len(pb.keyed) > k.maxKeyed {
+		if k.closed || k.keyed+len(pb.keyed) > k.maxKeyed || (e != nil && !e.learned.IsZero() && e.rev != pb.rev) {
 			continue
 		}
 		if e == nil {
@@ -171,7 +180,7 @@ func (k *coalescer) merge(in []peerBatch, now time.Time) *cooldownv1.MergeRespon
 		}
 		out.Accepted[i] = true
 	}
-	return out
+	return out, nil
 }
 
 // learnedOf is what e says of its connection, for a peer.

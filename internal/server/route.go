@@ -43,8 +43,8 @@ type PeerOptions struct {
 	// Token is the secret every replica shares; PeerService calls carry it
 	// and nothing else authenticates them.
 	Token string
-	// TLS: peers are reached over https (verified by Client's transport)
-	// rather than h2c-free plain HTTP/1.1.
+	// TLS: peers are reached over https (verified by Client's transport:
+	// their certificates must name their addresses), else plain HTTP/1.1.
 	TLS bool
 	// Client carries the Merge and Settle calls; nil: one with a 5 s
 	// timeout.
@@ -128,6 +128,13 @@ func (r *router) renew(ctx context.Context, ttl time.Duration) {
 		slices.Sort(live)
 	}
 	r.live.Store(&live)
+	r.mu.Lock()
+	for addr := range r.clients { // peers gone (pod IPs churn)
+		if !slices.Contains(live, addr) {
+			delete(r.clients, addr)
+		}
+	}
+	r.mu.Unlock()
 }
 
 // run renews every peerEvery until close.

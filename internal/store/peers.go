@@ -26,11 +26,11 @@ end
 local ttl = tonumber(ARGV[2])
 if ttl > 0 then
   redis.call('ZADD', KEYS[1], now + ttl, ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], ttl * 2)
 else
   redis.call('ZREM', KEYS[1], ARGV[1])
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('PEXPIRE', KEYS[1], math.max(ttl, 1000) * 2)
 return redis.call('ZRANGE', KEYS[1], 0, -1)
 `)
 

@@ -51,14 +51,9 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	}
 	// As many replicas again, coalescing successes (decision 0054): the
 	// coalesced phase's.
-	var creps []replica
-	for i := range o.replicas {
-		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-coalescing-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","),
-			"--redis-timeout", clusterRedisTimeout.String(), "--wait-replicas", "0", "--coalesce-interval", coalesceInterval.String())
-		if err != nil {
-			return err
-		}
-		creps = append(creps, r)
+	creps, err := startCoalescing(ctx, ps, o, addrs)
+	if err != nil {
+		return err
 	}
 	m := &measurer{o: o, results: map[phaseKey][]measured{}}
 	for _, a := range addrs {
@@ -129,7 +124,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		{"hot", "Admit+Report, one hot connection", 2, false},
 		// Both in-process, so that the two differ only in coalescing.
 		{"hotreport", "Report SUCCESS keyed, one hot connection", 1, true},
-		{"hotcoalesced", "the same, replicas coalescing every " + coalesceInterval.String(), 1, true},
+		{"hotcoalesced", "the same, replicas coalescing every " + coalesceInterval.String() + routedNote(), 1, true},
 	}
 	type shardRow struct {
 		name  string
@@ -245,9 +240,9 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	}
 	direct, dsec := hotShard(rows[len(rows)-2])
 	coal, csec := hotShard(rows[len(rows)-1])
-	bound := float64(o.replicas) / coalesceInterval.Seconds()
-	fmt.Printf("the hot connection's master: %.0f scripts/s for %.0f reports/s applied at once; %.0f scripts/s for %.0f reports/s coalesced (bound: %d replicas × 1/%s = %.0f batches/s, one script each)\n",
-		float64(direct.evalsha)/dsec, rows[len(rows)-2].s.rate(), float64(coal.evalsha)/csec, rows[len(rows)-1].s.rate(), o.replicas, coalesceInterval, bound)
+	bound, why := coalesceBound(o)
+	fmt.Printf("the hot connection's master: %.0f scripts/s for %.0f reports/s applied at once; %.0f scripts/s for %.0f reports/s coalesced (bound: %s = %.0f batches/s, one script each)\n",
+		float64(direct.evalsha)/dsec, rows[len(rows)-2].s.rate(), float64(coal.evalsha)/csec, rows[len(rows)-1].s.rate(), why, bound)
 	// Calibration of the coalesced model: a batch costs one Report script
 	// (decision 0063), and each keyed report in it a SET NX GET inside
 	// that script: what is left of the coalesced phase's Redis CPU once
@@ -376,9 +371,14 @@ var clusterRedisTimeout = 200 * time.Millisecond
 // coalesceOnly runs only the coalescing check (-coalesce-only).
 var coalesceOnly bool
 
+// coalesceRoute: the coalescing replicas route each connection's batches
+// to its owner among them (-coalesce-route, decision 0064).
+var coalesceRoute = true
+
 // addClusterFlags adds the cluster run's own flags to fs.
 func addClusterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&coalesceOnly, "coalesce-only", false, "with -cluster: only the coalescing check (coalescing replicas, keyed successes on one hot connection, the hot master's commands)")
+	fs.BoolVar(&coalesceRoute, "coalesce-route", coalesceRoute, "with -cluster: the coalescing replicas route each connection's batches to one owner among them (--coalesce-peer-address); false: each applies its own")
 	fs.DurationVar(&clusterRedisTimeout, "cluster-redis-timeout", clusterRedisTimeout, "with -cluster: the replicas' --redis-timeout")
 	fs.DurationVar(&coalesceInterval, "coalesce-interval", coalesceInterval, "with -cluster: the coalescing replicas' --coalesce-interval")
 	fs.StringVar(&mixPhase, "command-mix", "", "with -cluster: print each master's commands in this phase (floor, admit, report, admitreport, hot, hotreport, hotcoalesced; a SLOWLOG of every command slows it)")
@@ -402,15 +402,19 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
 	// interval Tc in which one of its processes reported on it: the
 	// mirror's m_i reports/s spread over R replicas, R·(1-e^(-m_i·Tc/R))/Tc
 	// batches/s, at most R/Tc.
-	var mirrorOps, mirrorHot, batchOps, batchHot float64
+	// Routed (decision 0064), connection i's batches meet at its one
+	// owner: (1-e^(-m_i·Tc))/Tc batches/s, at most 1/Tc.
+	var mirrorOps, mirrorHot, batchOps, batchHot, routedOps, routedHot float64
 	for i := 1; i <= modelConns; i++ {
 		pi := 1 / (float64(i) * h)
 		v := modelProcs * (1 - math.Exp(-rate*pi*modelInterval)) / modelInterval
 		b := modelReplicas * (1 - math.Exp(-v*modelCoalesce/modelReplicas)) / modelCoalesce
+		rb := (1 - math.Exp(-v*modelCoalesce)) / modelCoalesce
 		mirrorOps += v
 		batchOps += b
+		routedOps += rb
 		if i == 1 {
-			mirrorHot, batchHot = v, b
+			mirrorHot, batchHot, routedHot = v, b, rb
 		}
 	}
 	callUS := admitUS + reportUS
@@ -420,10 +424,12 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
 		2*lambda, mirrorOps, 2*lambda*p1, mirrorHot)
 	fmt.Printf("coalesced: %.0f batches/s (one script each) and %.0f keyed reports/s; the hottest connection %.0f batches/s (at most %d replicas × 1/%.0f s).\n",
 		batchOps, mirrorOps, batchHot, modelReplicas, modelCoalesce)
+	fmt.Printf("coalesced and routed: %.0f batches/s (one script each); the hottest connection %.1f batches/s (at most 1/%.0f s), and at most %d Merge calls/s between the replicas.\n",
+		routedOps, routedHot, modelCoalesce, int(modelReplicas*(modelReplicas-1)/modelCoalesce))
 	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores; coalescing does not change it).\n\n",
 		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tcoalesced: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\t")
+	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tcoalesced: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\trouted: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\t")
 	for _, s := range []float64{1, 3, 6, 12, 24, 48} {
 		hotShare := p1 + (1-p1)/s // the hot connection's slot plus an even share of the rest
 		noHot := 2 * lambda * hotShare
@@ -433,8 +439,10 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
 		mCPU := mHot * reportUS / 1e6
 		bHot := batchHot + (batchOps-batchHot)/s
 		bCPU := (bHot*batchUS + mHot*keyUS) / 1e6
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU,
-			2*batchOps/s, 2*bHot, 100*bCPU)
+		rHot := routedHot + (routedOps-routedHot)/s
+		rCPU := (rHot*batchUS + mHot*keyUS) / 1e6
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU,
+			batchOps/s, bHot, 100*bCPU, routedOps/s, rHot, 100*rCPU)
 	}
 	_ = tw.Flush()
 	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n\n", 1e6/(callUS*p1))
@@ -511,13 +519,12 @@ func clusterConns(n int) []*cooldownv1.Connection {
 // hot connection, and the hot master's commands over the window against
 // the bound of replicas × 1/interval batches (one script each).
 func runCoalesceOnly(ctx context.Context, o options, ps *proctest.Group, addrs []string) error {
+	creps, err := startCoalescing(ctx, ps, o, addrs)
+	if err != nil {
+		return err
+	}
 	var cls []cooldownv1connect.CooldownServiceClient
-	for i := range o.replicas {
-		r, err := startCooldownd(ctx, ps, fmt.Sprintf("cooldownd-coalescing-%d", i), o.bin, "--redis-mode", "cluster", "--redis-addrs", strings.Join(addrs, ","),
-			"--redis-timeout", clusterRedisTimeout.String(), "--wait-replicas", "0", "--coalesce-interval", coalesceInterval.String())
-		if err != nil {
-			return err
-		}
+	for _, r := range creps {
 		cls = append(cls, cooldownv1connect.NewCooldownServiceClient(h2c(), r.url))
 	}
 	var mons []*redis.Client
@@ -527,8 +534,8 @@ func runCoalesceOnly(ctx context.Context, o options, ps *proctest.Group, addrs [
 		mons = append(mons, c)
 	}
 	workers := o.clients * goroutinesPerClient
-	header(o, fmt.Sprintf("Redis Cluster, 3 masters; %d cooldownd replicas coalescing every %s; %d goroutines on one hot connection, keyed successes",
-		o.replicas, coalesceInterval, workers))
+	header(o, fmt.Sprintf("Redis Cluster, 3 masters; %d cooldownd replicas coalescing every %s%s; %d goroutines on one hot connection, keyed successes",
+		o.replicas, coalesceInterval, routedNote(), workers))
 	var co, di atomic.Int64
 	f := hotReports(func(w int) cooldownv1connect.CooldownServiceClient { return cls[(w/goroutinesPerClient)%len(cls)] }, clusterConns(1)[0], workers, &co, &di)
 	var r0, r1 []redisStats
@@ -547,7 +554,7 @@ func runCoalesceOnly(ctx context.Context, o options, ps *proctest.Group, addrs [
 		}
 	}
 	sec := s.dur.Seconds()
-	bound := float64(o.replicas) / coalesceInterval.Seconds()
+	bound, _ := coalesceBound(o)
 	fmt.Printf("%.0f reports/s (errors %d; answers, warm-up included: %d coalesced, %d applied at once)\n", s.rate(), s.errs, co.Load(), di.Load())
 	fmt.Printf("the hot master: %.0f scripts/s, %.0f commands/s (%.2f scripts per report); bound %.0f batches/s, one script each; Redis CPU %.1f µs per report\n",
 		float64(hot.evalsha)/sec, float64(hot.calls)/sec, float64(hot.evalsha)/math.Max(float64(s.n), 1), bound, hot.cpu*1e6/math.Max(float64(s.n), 1))
