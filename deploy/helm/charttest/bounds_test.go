@@ -104,6 +104,14 @@ var boundsCases = []boundsCase{
 	{name: "shutdown timeout 0", sets: []string{"config.shutdownTimeout=0"},
 		refused: []string{"config.shutdownTimeout must be positive"}},
 	{name: "history above 1000", sets: []string{"config.history=1001"}, refused: []string{"/config/history"}},
+	{name: "coalesce interval 9ms", sets: []string{"coalesce.interval=9ms"},
+		refused: []string{"coalesce.interval must be empty or 0 (off), or in [10ms, 5s] (--coalesce-interval), got 9ms"}},
+	{name: "coalesce interval 10ms", sets: []string{"coalesce.interval=10ms"}},
+	{name: "coalesce interval 5s", sets: []string{"coalesce.interval=5s"}},
+	{name: "coalesce interval 5s1ms", sets: []string{"coalesce.interval=5s1ms"},
+		refused: []string{"coalesce.interval must be empty or 0 (off), or in [10ms, 5s] (--coalesce-interval), got 5s1ms"}},
+	{name: "coalesce interval 0 from --set (off)", sets: []string{"coalesce.interval=0"}},
+	{name: "coalesce interval 0s (off)", sets: []string{"coalesce.interval=0s"}},
 	{name: "every problem at once", sets: []string{"policy.window=20m", "policy.openBase=10m", "config.idleTTL=30s", "policy.minCalls=0"},
 		refused: []string{"policy.window must be", "policy.openMax (5m) must be at least policy.openBase (10m)", "config.idleTTL", "policy.minCalls must be"}},
 
@@ -337,9 +345,9 @@ func sameSetting(a, b string) bool {
 	return a == b
 }
 
-// envFromValues writes a case's policy.* and config.* values over the
-// defaults' variables the way templates/configmap.yaml does, and its
-// policy.overrides as the policy file.
+// envFromValues writes a case's policy.*, config.* and coalesce.interval
+// values over the defaults' variables the way templates/configmap.yaml does,
+// and its policy.overrides as the policy file.
 func envFromValues(t *testing.T, defaults map[string]string, values map[string]any) (map[string]string, string) {
 	t.Helper()
 	env := map[string]string{}
@@ -353,6 +361,12 @@ func envFromValues(t *testing.T, defaults map[string]string, values map[string]a
 		"leaseTTL": "LEASE_TTL", "leaseTTLMax": "LEASE_TTL_MAX", "retryBudget": "RETRY_BUDGET", "retryBudgetMin": "RETRY_BUDGET_MIN", "throttleK": "THROTTLE_K",
 		"tripQuorum": "TRIP_QUORUM", "fleetWindow": "FLEET_WINDOW", "shadow": "SHADOW", "idleTTL": "IDLE_TTL", "history": "HISTORY", "shutdownTimeout": "SHUTDOWN_TIMEOUT",
 		"maxConnectionsPerTenant": "MAX_CONNECTIONS_PER_TENANT", "tokensReloadInterval": "TOKENS_RELOAD_INTERVAL",
+	}
+	if co, ok := values["coalesce"].(map[string]any); ok {
+		for k, v := range co {
+			require.Equal(t, "interval", k, "coalesce.%s has no variable", k)
+			env["COOLDOWND_COALESCE_INTERVAL"] = fmt.Sprint(v)
+		}
 	}
 	policyFile := ""
 	for _, section := range []string{"policy", "config"} {
@@ -400,9 +414,9 @@ func cooldowndBinary(t *testing.T) string {
 }
 
 // runCooldownd starts cooldownd (embedded Redis, no auth, loopback) with
-// env and an optional policy file, and reports whether it came up serving
-// (/livez answers) or exited first, with its output.
-func runCooldownd(t *testing.T, bin string, env map[string]string, policyFile string) (bool, string) {
+// env, an optional policy file and extra flags, and reports whether it came
+// up serving (/livez answers) or exited first, with its output.
+func runCooldownd(t *testing.T, bin string, env map[string]string, policyFile string, extra ...string) (bool, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -414,6 +428,7 @@ func runCooldownd(t *testing.T, bin string, env map[string]string, policyFile st
 		require.NoError(t, os.WriteFile(p, []byte(policyFile), 0o600))
 		args = append(args, "--policy-file="+p)
 	}
+	args = append(args, extra...)
 	// Generous: this is about the verdict, not about how fast it starts.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

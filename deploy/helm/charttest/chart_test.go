@@ -63,6 +63,11 @@ var features = map[string]string{
 	"prometheusrule":       "metrics: {prometheusRule: {enabled: true, labels: {release: prom}}}",
 	"grafana-dashboard":    "metrics: {grafanaDashboard: {enabled: true, annotations: {grafana_folder: cooldownd}}}",
 	"policy-overrides":     policyOverrides,
+	// Coalescing (decision 0054) and its routing between the replicas (decision 0064).
+	"coalesce":                  coalesceInterval,
+	"coalesce-routing":          coalesceRouting,
+	"coalesce-routing-existing": "coalesce: {interval: 100ms, routing: {enabled: true, existingSecret: my-peer, secretKey: token}}",
+	// With TLS, a peer CA and a strict NetworkPolicy: ci/all-features-values.yaml.
 	// The policy file alone in the projected volume: no tokens, no Redis password.
 	"policy-overrides-only-file": policyOverrides + `
 auth: {insecureNoAuth: true}
@@ -953,6 +958,14 @@ func TestValidateValues(t *testing.T) {
 			[]string{"set autoscaling.targetCPUUtilizationPercentage or autoscaling.targetMemoryUtilizationPercentage"}},
 		{"ingress without hosts", "ingress: {enabled: true, hosts: []}",
 			[]string{"ingress.enabled=true needs ingress.hosts"}},
+		{"coalesce interval below 10ms", "coalesce: {interval: 9ms}",
+			[]string{"coalesce.interval must be empty or 0 (off), or in [10ms, 5s] (--coalesce-interval), got 9ms"}},
+		{"coalesce routing without interval", "coalesce: {routing: {enabled: true}}",
+			[]string{"coalesce.routing.enabled needs coalesce.interval"}},
+		{"coalesce CA without routing or TLS", "coalesce: {interval: 100ms, routing: {caSecret: ca}}",
+			[]string{"coalesce.routing.caSecret needs coalesce.routing.enabled=true", "coalesce.routing.caSecret needs tls.enabled=true"}},
+		{"coalesce CA without TLS", "coalesce: {interval: 100ms, routing: {enabled: true, caSecret: ca}}",
+			[]string{"coalesce.routing.caSecret needs tls.enabled=true"}},
 		{"egress to unknown redis", "networkPolicy: {enabled: true, egress: {enabled: true}}\n" + external + ", addrs: [r:6379]}}",
 			[]string{"networkPolicy.egress.enabled with redis.external needs networkPolicy.egress.extraEgress"}},
 		{"policy file too large for a ConfigMap", "policy: {overrides: {tenants: {team-a: {labels: [" +
@@ -988,6 +1001,12 @@ func TestValidateValues(t *testing.T) {
 			[]string{"at '/policy/overrides/tenants/team-a/labels/1': additional properties 'max_probes' not allowed"}},
 		{"schema: bad tenant name", "policy: {overrides: {tenants: {Team_A: {max_probes: 2}}}}",
 			[]string{"/policy/overrides/tenants", "additional properties 'Team_A' not allowed"}},
+		{"schema: coalesce interval not a duration", "coalesce: {interval: fast}",
+			[]string{"/coalesce/interval"}},
+		{"schema: coalesce routing typo", "coalesce: {routing: {enable: true}}",
+			[]string{"additional properties 'enable' not allowed"}},
+		{"schema: empty coalesce secret key", "coalesce: {routing: {secretKey: ''}}",
+			[]string{"/coalesce/routing/secretKey"}},
 		{"schema: bad role", "auth: {tokens: [{name: a, tenant: t, role: root, token: 0123456789abcdef}]}",
 			[]string{"/auth/tokens/0/role"}},
 	}

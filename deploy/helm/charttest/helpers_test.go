@@ -419,8 +419,9 @@ func subset(small, big map[string]string) bool {
 }
 
 // goldenMask hides values the chart generates randomly (the bundled Redis
-// password and the generated admin token) so the golden file is stable.
-var goldenMask = regexp.MustCompile(`(?m)^(  (?:redis-password|admin-token|tokens\.yaml): ).+$`)
+// password, the generated admin token and the coalescing peer token) so the
+// golden file is stable.
+var goldenMask = regexp.MustCompile(`(?m)^(  (?:redis-password|admin-token|tokens\.yaml|peer-token): ).+$`)
 
 func maskGenerated(manifest string) string {
 	docs := docSeparator.Split(manifest, -1)

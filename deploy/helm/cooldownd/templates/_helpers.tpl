@@ -206,6 +206,33 @@ Whether cooldownd talks to Redis over TLS (external Redis only).
 {{- end }}
 
 {{/*
+coalesce.interval when it turns coalescing on (a duration above 0), else empty. Empty and 0 are off.
+*/}}
+{{- define "cooldownd.coalesceInterval" -}}
+{{- $i := .Values.coalesce.interval }}
+{{- if and (not (kindIs "invalid" $i)) (gt (include "cooldownd.durationMs" $i | float64) 0.0) }}{{ toString $i }}{{ end }}
+{{- end }}
+
+{{/*
+Whether the replicas route coalesced batches to one another (decision 0064).
+*/}}
+{{- define "cooldownd.peerRouting" -}}
+{{- if .Values.coalesce.routing.enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+The Secret holding the peer token: coalesce.routing.existingSecret, else the one the chart
+generates (peer-secret.yaml), and the token's key in it.
+*/}}
+{{- define "cooldownd.peerTokenSecretName" -}}
+{{- default (include "cooldownd.componentName" (list . "peer-token")) .Values.coalesce.routing.existingSecret }}
+{{- end }}
+
+{{- define "cooldownd.peerTokenSecretKey" -}}
+{{- if .Values.coalesce.routing.existingSecret }}{{ .Values.coalesce.routing.secretKey }}{{ else }}peer-token{{ end }}
+{{- end }}
+
+{{/*
 Scheme of cooldownd's own port.
 */}}
 {{- define "cooldownd.scheme" -}}
@@ -402,6 +429,20 @@ keys included, and cooldownd's policy file are each limited to 1 MiB. */}}
 {{- end }}
 {{- end }}
 {{- /* cmd/cooldownd config.validate */}}
+{{- $co := .Values.coalesce }}
+{{- $coMs := include "cooldownd.durationMs" (toString (default "" $co.interval)) | float64 }}
+{{- if and (gt $coMs 0.0) (or (lt $coMs 10.0) (gt $coMs 5000.0)) }}
+{{- $msgs = append $msgs (printf "coalesce: coalesce.interval must be empty or 0 (off), or in [10ms, 5s] (--coalesce-interval), got %v" $co.interval) }}
+{{- end }}
+{{- if and $co.routing.enabled (not (include "cooldownd.coalesceInterval" .)) }}
+{{- $msgs = append $msgs "coalesce: coalesce.routing.enabled needs coalesce.interval (a duration in [10ms, 5s], such as 100ms): routing carries the coalesced batches" }}
+{{- end }}
+{{- if and $co.routing.caSecret (not $co.routing.enabled) }}
+{{- $msgs = append $msgs "coalesce: coalesce.routing.caSecret needs coalesce.routing.enabled=true" }}
+{{- end }}
+{{- if and $co.routing.caSecret (not .Values.tls.enabled) }}
+{{- $msgs = append $msgs "coalesce: coalesce.routing.caSecret needs tls.enabled=true (the replicas call one another over HTTPS only when cooldownd serves TLS)" }}
+{{- end }}
 {{- $c := .Values.config }}
 {{- if lt (include "cooldownd.durationMs" $c.idleTTL | float64) 60000.0 }}
 {{- $msgs = append $msgs (printf "config: config.idleTTL must be at least 1m (--idle-ttl), got %v" $c.idleTTL) }}
@@ -418,7 +459,8 @@ keys included, and cooldownd's policy file are each limited to 1 MiB. */}}
 {{- end }}
 
 {{/*
-Projected-volume sources of the files cooldownd reads from Secrets (empty when none).
+Projected-volume sources of the files cooldownd reads from Secrets (empty when none): tokens, the
+Redis password and CA, the serving certificate, and with coalesce.routing the peer token and CA.
 */}}
 {{- define "cooldownd.secretSources" -}}
 {{- $ext := .Values.redis.external }}
@@ -452,6 +494,20 @@ Projected-volume sources of the files cooldownd reads from Secrets (empty when n
         path: tls/tls.crt
       - key: tls.key
         path: tls/tls.key
+{{- end }}
+{{- if include "cooldownd.peerRouting" . }}
+- secret:
+    name: {{ include "cooldownd.peerTokenSecretName" . }}
+    items:
+      - key: {{ include "cooldownd.peerTokenSecretKey" . }}
+        path: peer-token
+{{- with .Values.coalesce.routing.caSecret }}
+- secret:
+    name: {{ . }}
+    items:
+      - key: ca.crt
+        path: peer-ca.crt
+{{- end }}
 {{- end }}
 {{- end }}
 
