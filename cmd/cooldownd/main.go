@@ -258,13 +258,19 @@ func readMetricsToken(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
+	return readTokenFile("--metrics-token-file", path)
+}
+
+// readTokenFile reads the one token of at least 16 characters the file
+// of flag holds.
+func readTokenFile(flag, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("read --metrics-token-file: %w", err)
+		return "", fmt.Errorf("read %s: %w", flag, err)
 	}
 	tok := strings.TrimSpace(string(b))
 	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
-		return "", fmt.Errorf("--metrics-token-file %s must hold one token of at least 16 characters", path)
+		return "", fmt.Errorf("%s %s must hold one token of at least 16 characters", flag, path)
 	}
 	return tok, nil
 }

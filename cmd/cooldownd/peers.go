@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/cooldownd/cooldownd/internal/server"
@@ -16,13 +15,9 @@ import (
 // and the client the replicas call one another with (https, verified by
 // --coalesce-peer-ca-file or the system roots, when they serve TLS).
 func peerOptions(cfg config) (server.PeerOptions, error) {
-	b, err := os.ReadFile(cfg.peerTokenFile)
+	tok, err := readTokenFile("--coalesce-peer-token-file", cfg.peerTokenFile)
 	if err != nil {
-		return server.PeerOptions{}, fmt.Errorf("read --coalesce-peer-token-file: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if len(tok) < 16 || strings.ContainsAny(tok, " \t\r\n") {
-		return server.PeerOptions{}, fmt.Errorf("--coalesce-peer-token-file %s must hold one token of at least 16 characters", cfg.peerTokenFile)
+		return server.PeerOptions{}, err
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 16, IdleConnTimeout: time.Minute}
 	o := server.PeerOptions{Address: cfg.peerAddress, Token: tok, Client: &http.Client{Transport: tr, Timeout: 5 * time.Second}}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -201,6 +203,14 @@ func bearer(h http.Header) string {
 		return strings.TrimSpace(hv[len(scheme):])
 	}
 	return ""
+}
+
+// bearerIs says whether the request's bearer token hashes to want
+// (sha256), compared in constant time: both sides are hashed, so the
+// comparison takes the same time whatever the length of what was sent.
+func bearerIs(h http.Header, want [sha256.Size]byte) bool {
+	got := sha256.Sum256([]byte(bearer(h)))
+	return subtle.ConstantTimeCompare(got[:], want[:]) == 1
 }
 
 // Identify authenticates a request's bearer token for the dashboard and

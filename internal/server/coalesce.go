@@ -148,11 +148,7 @@ func (k *coalescer) take(c store.Conn, rep breaker.Report, now time.Time) (resp 
 	if k.closed || e == nil || !e.healthy || rep.Revision != e.rev {
 		return nil, false, nil
 	}
-	i := 0
-	if rep.Retry {
-		i = 1
-	}
-	b := e.pending[i]
+	b := e.pending[retryIndex(rep.Retry)]
 	if b != nil && b.rev != e.rev {
 		// Held at an older revision (a peer's, or before an answer moved
 		// it): this one goes at once, after them (settle).
@@ -172,17 +168,9 @@ func (k *coalescer) take(c store.Conn, rep breaker.Report, now time.Time) (resp 
 			return nil, false, nil
 		}
 	}
-	if b == nil {
-		b = &coalesceBatch{rev: e.rev, retry: rep.Retry}
-		e.pending[i] = b
-	}
+	b = e.batchFor(rep.Retry, e.rev)
 	if c.ReportKey != "" {
-		if b.keys == nil {
-			b.keys = map[string]int64{}
-		}
-		b.keys[c.ReportKey] = n
-		b.keyed = append(b.keyed, store.KeyedCount{Key: c.ReportKey, Count: n})
-		k.keyed++
+		k.holdKeyed(b, store.KeyedCount{Key: c.ReportKey, Count: n})
 	} else {
 		b.count += n
 	}
@@ -191,6 +179,37 @@ func (k *coalescer) take(c store.Conn, rep breaker.Report, now time.Time) (resp 
 		e.label = c.Label
 	}
 	return e.answer(now), true, nil
+}
+
+// retryIndex is the index in coalesceEntry.pending of a retry flag.
+func retryIndex(retry bool) int {
+	if retry {
+		return 1
+	}
+	return 0
+}
+
+// batchFor is e's pending batch of the retry flag, started at rev when
+// there is none (k.mu held).
+func (e *coalesceEntry) batchFor(retry bool, rev uint64) *coalesceBatch {
+	i := retryIndex(retry)
+	if e.pending[i] == nil {
+		e.pending[i] = &coalesceBatch{rev: rev, retry: retry}
+	}
+	return e.pending[i]
+}
+
+// holdKeyed adds a keyed report to b (k.mu held). A key b holds already
+// keeps its first count for a resend's check; the store counts a key once.
+func (k *coalescer) holdKeyed(b *coalesceBatch, kc store.KeyedCount) {
+	if b.keys == nil {
+		b.keys = map[string]int64{}
+	}
+	if _, dup := b.keys[kc.Key]; !dup {
+		b.keys[kc.Key] = kc.Count
+	}
+	b.keyed = append(b.keyed, kc)
+	k.keyed++
 }
 
 // answer is a taken report's answer: the state the replica last learned,

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 	"time"
 
 	"connectrpc.com/connect"
@@ -150,29 +148,14 @@ func (k *coalescer) merge(ctx context.Context, in []peerBatch, now time.Time) (*
 			e = &coalesceEntry{}
 			k.entries[pb.key] = e
 		}
-		j := 0
-		if pb.retry {
-			j = 1
-		}
-		b := e.pending[j]
-		if b != nil && b.rev != pb.rev {
+		if b := e.pending[retryIndex(pb.retry)]; b != nil && b.rev != pb.rev {
 			continue
 		}
-		if b == nil {
-			b = &coalesceBatch{rev: pb.rev, retry: pb.retry}
-			e.pending[j] = b
-		}
+		b := e.batchFor(pb.retry, pb.rev)
 		b.peer = true
 		b.count += pb.count
 		for _, kc := range pb.keyed {
-			if b.keys == nil {
-				b.keys = map[string]int64{}
-			}
-			if _, dup := b.keys[kc.Key]; !dup {
-				b.keys[kc.Key] = kc.Count
-			}
-			b.keyed = append(b.keyed, kc)
-			k.keyed++
+			k.holdKeyed(b, kc)
 		}
 		b.status, b.code = pb.status, pb.code
 		if pb.label != "" {
@@ -197,10 +180,7 @@ func learnedOf(e *coalesceEntry, now time.Time) *cooldownv1.PeerLearned {
 func (s *Server) peerOptions() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithReadMaxBytes(peerMaxBytes),
-		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
-			s.log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
-			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
-		}),
+		s.recoverOption(),
 		connect.WithInterceptors(peerAuth(s.peers.token), s.timeoutInterceptor()),
 	}
 }

@@ -2,7 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -188,45 +188,27 @@ func (r *router) client(addr string) cooldownv1connect.PeerServiceClient {
 }
 
 // peerToken sends the peers' token with every call.
-type peerToken string
-
-func (t peerToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		req.Header().Set("Authorization", "Bearer "+string(t))
-		return next(ctx, req)
-	}
-}
-
-func (t peerToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (t peerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
-}
-
-// peerAuth refuses a PeerService call without the peers' token (compared
-// in constant time).
-type peerAuth string
-
-func (t peerAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		got, ok := strings.CutPrefix(req.Header().Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(t)) != 1 {
-			return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("peer token required"))
+func peerToken(token string) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			req.Header().Set("Authorization", "Bearer "+token)
+			return next(ctx, req)
 		}
-		return next(ctx, req)
-	}
+	})
 }
 
-func (t peerAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (t peerAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(context.Context, connect.StreamingHandlerConn) error {
-		return connect.NewError(connect.CodeUnimplemented, errors.New("no streams"))
-	}
+// peerAuth refuses a PeerService call without the peers' token (bearerIs;
+// PeerService has no streams).
+func peerAuth(token string) connect.Interceptor {
+	want := sha256.Sum256([]byte(token))
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if !bearerIs(req.Header(), want) {
+				return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("peer token required"))
+			}
+			return next(ctx, req)
+		}
+	})
 }
 
 // merge sends addr one Merge of jobs' batches and answers, per batch in

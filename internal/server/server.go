@@ -140,18 +140,22 @@ func (s *Server) Close() { s.closeOnce.Do(func() { close(s.closing) }) }
 // of the handler's CPU per Admit (docs/decisions/0019-compression-threshold.md).
 const CompressMinBytes = 1024
 
+// recoverOption makes a handler panic cost one request, not the process:
+// logged and answered internal.
+func (s *Server) recoverOption() connect.HandlerOption {
+	return connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
+		s.log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
+		return connect.NewError(connect.CodeInternal, errors.New("internal error"))
+	})
+}
+
 // Handler mounts the Connect services, gRPC health and reflection,
 // /metrics and the dashboard (at / and /ui/) on one handler.
 func (s *Server) Handler() http.Handler {
 	opts := []connect.HandlerOption{
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		connect.WithCompressMinBytes(CompressMinBytes),
-		// A bug must cost one request, not the process: log it and answer
-		// internal.
-		connect.WithRecover(func(ctx context.Context, spec connect.Spec, _ http.Header, p any) error {
-			s.log.ErrorContext(ctx, "handler panic", "procedure", spec.Procedure, "panic", fmt.Sprint(p))
-			return connect.NewError(connect.CodeInternal, errors.New("internal error"))
-		}),
+		s.recoverOption(),
 		// Outermost first: observe (metrics, access log) every call,
 		// including refused ones; authenticate and authorise; bound.
 		connect.WithInterceptors(s.metricsInterceptor(), s.authInterceptor(), s.timeoutInterceptor()),
