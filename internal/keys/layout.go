@@ -43,6 +43,11 @@ func ValidateTenant(t string) error {
 //	cd:{t}:wake      when the sweeper must look at each connection next
 //	cd:ev:t          pub/sub channel of the tenant's transitions
 //
+// Per batch of successes (ReportBatch, own hash tag):
+//
+//	cd:b:{t:k}       the claim of the tenant's batch with idempotency key k
+//	                 (a string that expires; see [BatchClaim])
+//
 // Shared: cd:tenants (the tenants with connections, for the sweeper) and
 // cd:sweeper (the sweeper's lock, a redislock lock).
 type Layout struct {
@@ -98,6 +103,11 @@ func (l Layout) Script() []string {
 	both := b.String()
 	return []string{both[:n], both[n:]}
 }
+
+// BatchClaim is the key that remembers the claim of the tenant's batch of
+// successes with idempotency key k (one of [A-Za-z0-9_-]): its own hash
+// tag, so the fleet's batches spread over the Cluster's slots.
+func BatchClaim(tenant, k string) string { return "cd:b:{" + tenant + ":" + k + "}" }
 
 // Index is the key of a tenant's connection index.
 func Index(tenant string) string { return "cd:{" + tenant + "}:idx" }

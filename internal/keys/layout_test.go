@@ -54,3 +54,9 @@ func TestValidateTenant(t *testing.T) {
 		assert.ErrorIs(t, ValidateTenant(bad), ErrInvalidTenant, "%q", bad)
 	}
 }
+
+func TestBatchClaimKey(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, "cd:b:{team-a:AbC_-0123456789abcd}", BatchClaim("team-a", "AbC_-0123456789abcd"))
+	assert.NotEqual(t, BatchClaim("team-a", "k"), BatchClaim("team-b", "k"), "tenants are apart")
+}

@@ -39,6 +39,7 @@ const (
 var procedureRoles = map[string][]Role{
 	cooldownv1connect.CooldownServiceAdmitProcedure:           {RoleClient},
 	cooldownv1connect.CooldownServiceReportProcedure:          {RoleClient},
+	cooldownv1connect.CooldownServiceReportBatchProcedure:     {RoleClient},
 	cooldownv1connect.CooldownServiceExtendLeaseProcedure:     {RoleClient},
 	cooldownv1connect.CooldownServiceGetConnectionProcedure:   {RoleViewer},
 	cooldownv1connect.CooldownServiceListConnectionsProcedure: {RoleViewer},

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
@@ -139,21 +138,13 @@ func newCoalescer(st coalesceStore, log *slog.Logger, interval, timeout time.Dur
 // whose key this replica holds already is a resend: answered again,
 // counted once; with another count it is a key reused (errReused).
 func (k *coalescer) take(c store.Conn, rep breaker.Report, now time.Time) (resp *cooldownv1.ReportResponse, ok bool, err error) {
-	if rep.Outcome != breaker.OutcomeSuccess || rep.LeaseToken != "" || rep.RetryAfter > 0 {
-		return nil, false, nil
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	e := k.entries[connKey{c.Tenant, c.ID}]
-	if k.closed || e == nil || !e.healthy || rep.Revision != e.rev {
+	e := k.holding(c, rep)
+	if e == nil {
 		return nil, false, nil
 	}
 	b := e.pending[retryIndex(rep.Retry)]
-	if b != nil && b.rev != e.rev {
-		// Held at an older revision (a peer's, or before an answer moved
-		// it): this one goes at once, after them (settle).
-		return nil, false, nil
-	}
 	n := max(rep.Count, 1)
 	if c.ReportKey != "" {
 		if b != nil {
@@ -179,6 +170,32 @@ func (k *coalescer) take(c store.Conn, rep breaker.Report, now time.Time) (resp 
 		e.label = c.Label
 	}
 	return e.answer(now), true, nil
+}
+
+// holdable reports whether take would hold rep now, unkeyed (ReportBatch
+// claims what it will hold before it takes it).
+func (k *coalescer) holdable(c store.Conn, rep breaker.Report) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.holding(c, rep) != nil
+}
+
+// holding is the entry rep may be coalesced into, nil when it goes at
+// once (k.mu held): a success with no lease and no hint, at the revision
+// learned healthy, and no batch held at an older revision (a peer's, or
+// before an answer moved it: it goes after them, settle).
+func (k *coalescer) holding(c store.Conn, rep breaker.Report) *coalesceEntry {
+	if rep.Outcome != breaker.OutcomeSuccess || rep.LeaseToken != "" || rep.RetryAfter > 0 {
+		return nil
+	}
+	e := k.entries[connKey{c.Tenant, c.ID}]
+	if k.closed || e == nil || !e.healthy || rep.Revision != e.rev {
+		return nil
+	}
+	if b := e.pending[retryIndex(rep.Retry)]; b != nil && b.rev != e.rev {
+		return nil
+	}
+	return e
 }
 
 // retryIndex is the index in coalesceEntry.pending of a retry flag.
@@ -270,7 +287,7 @@ func errReused() error {
 
 // coalesced answers a report the replica coalesces (decision 0054); nil,
 // nil: apply it at once. The Report handler's hook.
-func (s cooldownService) coalesced(ctx context.Context, c store.Conn, rep breaker.Report) (*connect.Response[cooldownv1.ReportResponse], error) {
+func (s cooldownService) coalesced(ctx context.Context, c store.Conn, rep breaker.Report) (*cooldownv1.ReportResponse, error) {
 	if s.coalesce == nil {
 		return nil, nil
 	}
@@ -283,7 +300,7 @@ func (s cooldownService) coalesced(ctx context.Context, c store.Conn, rep breake
 		return nil, err
 	}
 	s.metrics.report(rep.Outcome, true)
-	return connect.NewResponse(resp), nil
+	return resp, nil
 }
 
 // learned tells the coalescer the store's answer to a report applied at

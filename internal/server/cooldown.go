@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+	"github.com/cooldownd/cooldownd/internal/breaker"
 	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/store"
 )
@@ -47,6 +48,16 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 	if err != nil {
 		return nil, err
 	}
+	resp, err := s.report(ctx, c, rep)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// report applies one parsed report: coalesced when it may be, else at
+// once. Report and ReportBatch's reports go through it.
+func (s cooldownService) report(ctx context.Context, c store.Conn, rep breaker.Report) (*cooldownv1.ReportResponse, error) {
 	if resp, err := s.coalesced(ctx, c, rep); resp != nil || err != nil {
 		return resp, err
 	}
@@ -64,7 +75,7 @@ func (s cooldownService) Report(ctx context.Context, req *connect.Request[cooldo
 		s.metrics.transitionsOf(res.Events)
 	}
 	s.learned(c, rep, res)
-	return connect.NewResponse(reportProto(res)), nil
+	return reportProto(res), nil
 }
 
 func (s cooldownService) ExtendLease(ctx context.Context, req *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error) {

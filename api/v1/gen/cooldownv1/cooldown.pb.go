@@ -2322,6 +2322,124 @@ func (x *ReportResponse) GetApplied() ReportApplied {
 	return ReportApplied_REPORT_APPLIED_UNSPECIFIED
 }
 
+// ReportBatchRequest is the successes one process counted on many
+// connections, each as a ReportRequest with OUTCOME_SUCCESS, its count, the
+// revision and retry flag they were admitted under, and optionally the
+// last call's http_status and error_code; no lease token, no retry_after,
+// and no reporter or idempotency key of its own (the batch's apply).
+type ReportBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 1 to 1,024 reports, at most one per connection, revision and retry
+	// flag.
+	Reports []*ReportRequest `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	// The reporting process, as ReportRequest.reporter.
+	Reporter string `protobuf:"bytes,2,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	// The batch's idempotency key, as ReportRequest.idempotency_key but 16
+	// to 56 characters: random per batch, the same in every resend of it. A
+	// resend within --report-key-ttl is answered as the first send was and
+	// counted once; a key sent with other reports is refused
+	// (invalid_argument). Empty: every send counts.
+	IdempotencyKey string `protobuf:"bytes,3,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReportBatchRequest) Reset() {
+	*x = ReportBatchRequest{}
+	mi := &file_v1_cooldown_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportBatchRequest) ProtoMessage() {}
+
+func (x *ReportBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_cooldown_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportBatchRequest.ProtoReflect.Descriptor instead.
+func (*ReportBatchRequest) Descriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReportBatchRequest) GetReports() []*ReportRequest {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+func (x *ReportBatchRequest) GetReporter() string {
+	if x != nil {
+		return x.Reporter
+	}
+	return ""
+}
+
+func (x *ReportBatchRequest) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+// ReportBatchResponse answers each report of a batch, in its order.
+type ReportBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reports       []*ReportResponse      `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportBatchResponse) Reset() {
+	*x = ReportBatchResponse{}
+	mi := &file_v1_cooldown_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportBatchResponse) ProtoMessage() {}
+
+func (x *ReportBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_v1_cooldown_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportBatchResponse.ProtoReflect.Descriptor instead.
+func (*ReportBatchResponse) Descriptor() ([]byte, []int) {
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReportBatchResponse) GetReports() []*ReportResponse {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
 // ExtendLeaseRequest extends a probe lease.
 type ExtendLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2337,7 +2455,7 @@ type ExtendLeaseRequest struct {
 
 func (x *ExtendLeaseRequest) Reset() {
 	*x = ExtendLeaseRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2349,7 +2467,7 @@ func (x *ExtendLeaseRequest) String() string {
 func (*ExtendLeaseRequest) ProtoMessage() {}
 
 func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[13]
+	mi := &file_v1_cooldown_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2362,7 +2480,7 @@ func (x *ExtendLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{13}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExtendLeaseRequest) GetConnection() *Connection {
@@ -2397,7 +2515,7 @@ type ExtendLeaseResponse struct {
 
 func (x *ExtendLeaseResponse) Reset() {
 	*x = ExtendLeaseResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2409,7 +2527,7 @@ func (x *ExtendLeaseResponse) String() string {
 func (*ExtendLeaseResponse) ProtoMessage() {}
 
 func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[14]
+	mi := &file_v1_cooldown_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2422,7 +2540,7 @@ func (x *ExtendLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtendLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ExtendLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{14}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExtendLeaseResponse) GetLeaseExpiresAt() *timestamppb.Timestamp {
@@ -2449,7 +2567,7 @@ type GetConnectionRequest struct {
 
 func (x *GetConnectionRequest) Reset() {
 	*x = GetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2461,7 +2579,7 @@ func (x *GetConnectionRequest) String() string {
 func (*GetConnectionRequest) ProtoMessage() {}
 
 func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[15]
+	mi := &file_v1_cooldown_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2474,7 +2592,7 @@ func (x *GetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*GetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{15}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetConnectionRequest) GetId() []byte {
@@ -2519,7 +2637,7 @@ type GetConnectionResponse struct {
 
 func (x *GetConnectionResponse) Reset() {
 	*x = GetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2531,7 +2649,7 @@ func (x *GetConnectionResponse) String() string {
 func (*GetConnectionResponse) ProtoMessage() {}
 
 func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[16]
+	mi := &file_v1_cooldown_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2544,7 +2662,7 @@ func (x *GetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*GetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{16}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetConnectionResponse) GetConnection() *ConnectionState {
@@ -2592,7 +2710,7 @@ type ListConnectionsRequest struct {
 
 func (x *ListConnectionsRequest) Reset() {
 	*x = ListConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2722,7 @@ func (x *ListConnectionsRequest) String() string {
 func (*ListConnectionsRequest) ProtoMessage() {}
 
 func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[17]
+	mi := &file_v1_cooldown_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2735,7 @@ func (x *ListConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*ListConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{17}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListConnectionsRequest) GetPageSize() uint32 {
@@ -2655,7 +2773,7 @@ type ListConnectionsResponse struct {
 
 func (x *ListConnectionsResponse) Reset() {
 	*x = ListConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2785,7 @@ func (x *ListConnectionsResponse) String() string {
 func (*ListConnectionsResponse) ProtoMessage() {}
 
 func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[18]
+	mi := &file_v1_cooldown_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2798,7 @@ func (x *ListConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*ListConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{18}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListConnectionsResponse) GetConnections() []*ConnectionState {
@@ -2713,7 +2831,7 @@ type WatchConnectionsRequest struct {
 
 func (x *WatchConnectionsRequest) Reset() {
 	*x = WatchConnectionsRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2843,7 @@ func (x *WatchConnectionsRequest) String() string {
 func (*WatchConnectionsRequest) ProtoMessage() {}
 
 func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[19]
+	mi := &file_v1_cooldown_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2856,7 @@ func (x *WatchConnectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsRequest.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{19}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WatchConnectionsRequest) GetSnapshot() bool {
@@ -2780,7 +2898,7 @@ type WatchConnectionsResponse struct {
 
 func (x *WatchConnectionsResponse) Reset() {
 	*x = WatchConnectionsResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[20]
+	mi := &file_v1_cooldown_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2910,7 @@ func (x *WatchConnectionsResponse) String() string {
 func (*WatchConnectionsResponse) ProtoMessage() {}
 
 func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[20]
+	mi := &file_v1_cooldown_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2923,7 @@ func (x *WatchConnectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchConnectionsResponse.ProtoReflect.Descriptor instead.
 func (*WatchConnectionsResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{20}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WatchConnectionsResponse) GetConnection() *ConnectionState {
@@ -2842,7 +2960,7 @@ type ResetConnectionRequest struct {
 
 func (x *ResetConnectionRequest) Reset() {
 	*x = ResetConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[21]
+	mi := &file_v1_cooldown_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +2972,7 @@ func (x *ResetConnectionRequest) String() string {
 func (*ResetConnectionRequest) ProtoMessage() {}
 
 func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[21]
+	mi := &file_v1_cooldown_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +2985,7 @@ func (x *ResetConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ResetConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{21}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResetConnectionRequest) GetId() []byte {
@@ -2895,7 +3013,7 @@ type ResetConnectionResponse struct {
 
 func (x *ResetConnectionResponse) Reset() {
 	*x = ResetConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[22]
+	mi := &file_v1_cooldown_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +3025,7 @@ func (x *ResetConnectionResponse) String() string {
 func (*ResetConnectionResponse) ProtoMessage() {}
 
 func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[22]
+	mi := &file_v1_cooldown_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +3038,7 @@ func (x *ResetConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ResetConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{22}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResetConnectionResponse) GetConnection() *ConnectionState {
@@ -2947,7 +3065,7 @@ type ForceConnectionRequest struct {
 
 func (x *ForceConnectionRequest) Reset() {
 	*x = ForceConnectionRequest{}
-	mi := &file_v1_cooldown_proto_msgTypes[23]
+	mi := &file_v1_cooldown_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3077,7 @@ func (x *ForceConnectionRequest) String() string {
 func (*ForceConnectionRequest) ProtoMessage() {}
 
 func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[23]
+	mi := &file_v1_cooldown_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3090,7 @@ func (x *ForceConnectionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionRequest.ProtoReflect.Descriptor instead.
 func (*ForceConnectionRequest) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{23}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ForceConnectionRequest) GetId() []byte {
@@ -3014,7 +3132,7 @@ type ForceConnectionResponse struct {
 
 func (x *ForceConnectionResponse) Reset() {
 	*x = ForceConnectionResponse{}
-	mi := &file_v1_cooldown_proto_msgTypes[24]
+	mi := &file_v1_cooldown_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3144,7 @@ func (x *ForceConnectionResponse) String() string {
 func (*ForceConnectionResponse) ProtoMessage() {}
 
 func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_v1_cooldown_proto_msgTypes[24]
+	mi := &file_v1_cooldown_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3157,7 @@ func (x *ForceConnectionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForceConnectionResponse.ProtoReflect.Descriptor instead.
 func (*ForceConnectionResponse) Descriptor() ([]byte, []int) {
-	return file_v1_cooldown_proto_rawDescGZIP(), []int{24}
+	return file_v1_cooldown_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForceConnectionResponse) GetConnection() *ConnectionState {
@@ -3236,7 +3354,13 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"\n" +
 	"durability\x18\b \x01(\x0e2\x17.cooldown.v1.DurabilityR\n" +
 	"durability\x124\n" +
-	"\aapplied\x18\t \x01(\x0e2\x1a.cooldown.v1.ReportAppliedR\aapplied\"\x9b\x01\n" +
+	"\aapplied\x18\t \x01(\x0e2\x1a.cooldown.v1.ReportAppliedR\aapplied\"\x8f\x01\n" +
+	"\x12ReportBatchRequest\x124\n" +
+	"\areports\x18\x01 \x03(\v2\x1a.cooldown.v1.ReportRequestR\areports\x12\x1a\n" +
+	"\breporter\x18\x02 \x01(\tR\breporter\x12'\n" +
+	"\x0fidempotency_key\x18\x03 \x01(\tR\x0eidempotencyKey\"L\n" +
+	"\x13ReportBatchResponse\x125\n" +
+	"\areports\x18\x01 \x03(\v2\x1b.cooldown.v1.ReportResponseR\areports\"\x9b\x01\n" +
 	"\x12ExtendLeaseRequest\x127\n" +
 	"\n" +
 	"connection\x18\x01 \x01(\v2\x17.cooldown.v1.ConnectionR\n" +
@@ -3356,10 +3480,11 @@ const file_v1_cooldown_proto_rawDesc = "" +
 	"Durability\x12\x1a\n" +
 	"\x16DURABILITY_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DURABILITY_REPLICATED\x10\x01\x12\x1d\n" +
-	"\x19DURABILITY_NOT_REPLICATED\x10\x022\x8e\x04\n" +
+	"\x19DURABILITY_NOT_REPLICATED\x10\x022\xe0\x04\n" +
 	"\x0fCooldownService\x12>\n" +
 	"\x05Admit\x12\x19.cooldown.v1.AdmitRequest\x1a\x1a.cooldown.v1.AdmitResponse\x12A\n" +
 	"\x06Report\x12\x1a.cooldown.v1.ReportRequest\x1a\x1b.cooldown.v1.ReportResponse\x12P\n" +
+	"\vReportBatch\x12\x1f.cooldown.v1.ReportBatchRequest\x1a .cooldown.v1.ReportBatchResponse\x12P\n" +
 	"\vExtendLease\x12\x1f.cooldown.v1.ExtendLeaseRequest\x1a .cooldown.v1.ExtendLeaseResponse\x12[\n" +
 	"\rGetConnection\x12!.cooldown.v1.GetConnectionRequest\x1a\".cooldown.v1.GetConnectionResponse\"\x03\x90\x02\x01\x12a\n" +
 	"\x0fListConnections\x12#.cooldown.v1.ListConnectionsRequest\x1a$.cooldown.v1.ListConnectionsResponse\"\x03\x90\x02\x01\x12f\n" +
@@ -3381,7 +3506,7 @@ func file_v1_cooldown_proto_rawDescGZIP() []byte {
 }
 
 var file_v1_cooldown_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_v1_cooldown_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_v1_cooldown_proto_goTypes = []any{
 	(Decision)(0),                    // 0: cooldown.v1.Decision
 	(DenyReason)(0),                  // 1: cooldown.v1.DenyReason
@@ -3405,33 +3530,35 @@ var file_v1_cooldown_proto_goTypes = []any{
 	(*CandidateDecision)(nil),        // 19: cooldown.v1.CandidateDecision
 	(*ReportRequest)(nil),            // 20: cooldown.v1.ReportRequest
 	(*ReportResponse)(nil),           // 21: cooldown.v1.ReportResponse
-	(*ExtendLeaseRequest)(nil),       // 22: cooldown.v1.ExtendLeaseRequest
-	(*ExtendLeaseResponse)(nil),      // 23: cooldown.v1.ExtendLeaseResponse
-	(*GetConnectionRequest)(nil),     // 24: cooldown.v1.GetConnectionRequest
-	(*GetConnectionResponse)(nil),    // 25: cooldown.v1.GetConnectionResponse
-	(*ListConnectionsRequest)(nil),   // 26: cooldown.v1.ListConnectionsRequest
-	(*ListConnectionsResponse)(nil),  // 27: cooldown.v1.ListConnectionsResponse
-	(*WatchConnectionsRequest)(nil),  // 28: cooldown.v1.WatchConnectionsRequest
-	(*WatchConnectionsResponse)(nil), // 29: cooldown.v1.WatchConnectionsResponse
-	(*ResetConnectionRequest)(nil),   // 30: cooldown.v1.ResetConnectionRequest
-	(*ResetConnectionResponse)(nil),  // 31: cooldown.v1.ResetConnectionResponse
-	(*ForceConnectionRequest)(nil),   // 32: cooldown.v1.ForceConnectionRequest
-	(*ForceConnectionResponse)(nil),  // 33: cooldown.v1.ForceConnectionResponse
-	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 35: google.protobuf.Duration
+	(*ReportBatchRequest)(nil),       // 22: cooldown.v1.ReportBatchRequest
+	(*ReportBatchResponse)(nil),      // 23: cooldown.v1.ReportBatchResponse
+	(*ExtendLeaseRequest)(nil),       // 24: cooldown.v1.ExtendLeaseRequest
+	(*ExtendLeaseResponse)(nil),      // 25: cooldown.v1.ExtendLeaseResponse
+	(*GetConnectionRequest)(nil),     // 26: cooldown.v1.GetConnectionRequest
+	(*GetConnectionResponse)(nil),    // 27: cooldown.v1.GetConnectionResponse
+	(*ListConnectionsRequest)(nil),   // 28: cooldown.v1.ListConnectionsRequest
+	(*ListConnectionsResponse)(nil),  // 29: cooldown.v1.ListConnectionsResponse
+	(*WatchConnectionsRequest)(nil),  // 30: cooldown.v1.WatchConnectionsRequest
+	(*WatchConnectionsResponse)(nil), // 31: cooldown.v1.WatchConnectionsResponse
+	(*ResetConnectionRequest)(nil),   // 32: cooldown.v1.ResetConnectionRequest
+	(*ResetConnectionResponse)(nil),  // 33: cooldown.v1.ResetConnectionResponse
+	(*ForceConnectionRequest)(nil),   // 34: cooldown.v1.ForceConnectionRequest
+	(*ForceConnectionResponse)(nil),  // 35: cooldown.v1.ForceConnectionResponse
+	(*timestamppb.Timestamp)(nil),    // 36: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 37: google.protobuf.Duration
 }
 var file_v1_cooldown_proto_depIdxs = []int32{
 	9,  // 0: cooldown.v1.ConnectionState.connection:type_name -> cooldown.v1.Connection
 	2,  // 1: cooldown.v1.ConnectionState.state:type_name -> cooldown.v1.State
 	3,  // 2: cooldown.v1.ConnectionState.cause:type_name -> cooldown.v1.Cause
-	34, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
-	35, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
-	34, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
+	36, // 3: cooldown.v1.ConnectionState.open_until:type_name -> google.protobuf.Timestamp
+	37, // 4: cooldown.v1.ConnectionState.retry_after:type_name -> google.protobuf.Duration
+	36, // 5: cooldown.v1.ConnectionState.probe_started_at:type_name -> google.protobuf.Timestamp
 	4,  // 6: cooldown.v1.ConnectionState.last_outcome:type_name -> cooldown.v1.Outcome
 	5,  // 7: cooldown.v1.ConnectionState.override:type_name -> cooldown.v1.Override
-	34, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
-	34, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
-	34, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
+	36, // 8: cooldown.v1.ConnectionState.override_until:type_name -> google.protobuf.Timestamp
+	36, // 9: cooldown.v1.ConnectionState.changed_at:type_name -> google.protobuf.Timestamp
+	36, // 10: cooldown.v1.ConnectionState.updated_at:type_name -> google.protobuf.Timestamp
 	14, // 11: cooldown.v1.ConnectionState.fleet:type_name -> cooldown.v1.FleetCounts
 	11, // 12: cooldown.v1.ConnectionState.explanation:type_name -> cooldown.v1.Explanation
 	6,  // 13: cooldown.v1.Explanation.tripped:type_name -> cooldown.v1.TripRule
@@ -3440,79 +3567,83 @@ var file_v1_cooldown_proto_depIdxs = []int32{
 	3,  // 16: cooldown.v1.Explanation.opened_by:type_name -> cooldown.v1.Cause
 	1,  // 17: cooldown.v1.Explanation.denies:type_name -> cooldown.v1.DenyReason
 	6,  // 18: cooldown.v1.TripRuleState.rule:type_name -> cooldown.v1.TripRule
-	35, // 19: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
-	35, // 20: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
-	35, // 21: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
-	35, // 22: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
-	35, // 23: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
-	35, // 24: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
-	35, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
-	35, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
-	35, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
-	35, // 28: cooldown.v1.Policy.lease_ttl_max:type_name -> google.protobuf.Duration
+	37, // 19: cooldown.v1.Policy.window:type_name -> google.protobuf.Duration
+	37, // 20: cooldown.v1.Policy.open_base:type_name -> google.protobuf.Duration
+	37, // 21: cooldown.v1.Policy.open_max:type_name -> google.protobuf.Duration
+	37, // 22: cooldown.v1.Policy.rate_limit_cooldown:type_name -> google.protobuf.Duration
+	37, // 23: cooldown.v1.Policy.overload_floor:type_name -> google.protobuf.Duration
+	37, // 24: cooldown.v1.Policy.quota_block:type_name -> google.protobuf.Duration
+	37, // 25: cooldown.v1.Policy.auth_block:type_name -> google.protobuf.Duration
+	37, // 26: cooldown.v1.Policy.lease_ttl:type_name -> google.protobuf.Duration
+	37, // 27: cooldown.v1.Policy.fleet_window:type_name -> google.protobuf.Duration
+	37, // 28: cooldown.v1.Policy.lease_ttl_max:type_name -> google.protobuf.Duration
 	9,  // 29: cooldown.v1.Transition.connection:type_name -> cooldown.v1.Connection
-	34, // 30: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
+	36, // 30: cooldown.v1.Transition.time:type_name -> google.protobuf.Timestamp
 	2,  // 31: cooldown.v1.Transition.from:type_name -> cooldown.v1.State
 	2,  // 32: cooldown.v1.Transition.to:type_name -> cooldown.v1.State
 	3,  // 33: cooldown.v1.Transition.cause:type_name -> cooldown.v1.Cause
 	9,  // 34: cooldown.v1.AdmitRequest.candidates:type_name -> cooldown.v1.Connection
 	0,  // 35: cooldown.v1.AdmitResponse.decision:type_name -> cooldown.v1.Decision
-	35, // 36: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
-	34, // 37: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
+	37, // 36: cooldown.v1.AdmitResponse.retry_after:type_name -> google.protobuf.Duration
+	36, // 37: cooldown.v1.AdmitResponse.available_at:type_name -> google.protobuf.Timestamp
 	1,  // 38: cooldown.v1.AdmitResponse.deny_reason:type_name -> cooldown.v1.DenyReason
-	34, // 39: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	36, // 39: cooldown.v1.AdmitResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
 	2,  // 40: cooldown.v1.AdmitResponse.state:type_name -> cooldown.v1.State
 	19, // 41: cooldown.v1.AdmitResponse.candidates:type_name -> cooldown.v1.CandidateDecision
-	34, // 42: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
+	36, // 42: cooldown.v1.AdmitResponse.server_time:type_name -> google.protobuf.Timestamp
 	1,  // 43: cooldown.v1.AdmitResponse.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
-	35, // 44: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
+	37, // 44: cooldown.v1.AdmitResponse.shadow_retry_after:type_name -> google.protobuf.Duration
 	8,  // 45: cooldown.v1.AdmitResponse.durability:type_name -> cooldown.v1.Durability
 	0,  // 46: cooldown.v1.CandidateDecision.decision:type_name -> cooldown.v1.Decision
 	1,  // 47: cooldown.v1.CandidateDecision.deny_reason:type_name -> cooldown.v1.DenyReason
-	35, // 48: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
+	37, // 48: cooldown.v1.CandidateDecision.retry_after:type_name -> google.protobuf.Duration
 	2,  // 49: cooldown.v1.CandidateDecision.state:type_name -> cooldown.v1.State
 	1,  // 50: cooldown.v1.CandidateDecision.shadow_deny_reason:type_name -> cooldown.v1.DenyReason
 	9,  // 51: cooldown.v1.ReportRequest.connection:type_name -> cooldown.v1.Connection
 	4,  // 52: cooldown.v1.ReportRequest.outcome:type_name -> cooldown.v1.Outcome
-	35, // 53: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	37, // 53: cooldown.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
 	2,  // 54: cooldown.v1.ReportResponse.state:type_name -> cooldown.v1.State
-	34, // 55: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
+	36, // 55: cooldown.v1.ReportResponse.server_time:type_name -> google.protobuf.Timestamp
 	8,  // 56: cooldown.v1.ReportResponse.durability:type_name -> cooldown.v1.Durability
 	7,  // 57: cooldown.v1.ReportResponse.applied:type_name -> cooldown.v1.ReportApplied
-	9,  // 58: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
-	35, // 59: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
-	34, // 60: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
-	10, // 61: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	16, // 62: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
-	15, // 63: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
-	10, // 64: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
-	10, // 65: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
-	16, // 66: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
-	10, // 67: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	5,  // 68: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
-	35, // 69: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
-	10, // 70: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
-	17, // 71: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
-	20, // 72: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
-	22, // 73: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
-	24, // 74: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
-	26, // 75: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
-	28, // 76: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
-	30, // 77: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
-	32, // 78: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
-	18, // 79: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
-	21, // 80: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
-	23, // 81: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
-	25, // 82: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
-	27, // 83: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
-	29, // 84: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
-	31, // 85: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
-	33, // 86: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
-	79, // [79:87] is the sub-list for method output_type
-	71, // [71:79] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	20, // 58: cooldown.v1.ReportBatchRequest.reports:type_name -> cooldown.v1.ReportRequest
+	21, // 59: cooldown.v1.ReportBatchResponse.reports:type_name -> cooldown.v1.ReportResponse
+	9,  // 60: cooldown.v1.ExtendLeaseRequest.connection:type_name -> cooldown.v1.Connection
+	37, // 61: cooldown.v1.ExtendLeaseRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 62: cooldown.v1.ExtendLeaseResponse.lease_expires_at:type_name -> google.protobuf.Timestamp
+	10, // 63: cooldown.v1.GetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	16, // 64: cooldown.v1.GetConnectionResponse.history:type_name -> cooldown.v1.Transition
+	15, // 65: cooldown.v1.GetConnectionResponse.policy:type_name -> cooldown.v1.Policy
+	10, // 66: cooldown.v1.ListConnectionsResponse.connections:type_name -> cooldown.v1.ConnectionState
+	10, // 67: cooldown.v1.WatchConnectionsResponse.connection:type_name -> cooldown.v1.ConnectionState
+	16, // 68: cooldown.v1.WatchConnectionsResponse.transition:type_name -> cooldown.v1.Transition
+	10, // 69: cooldown.v1.ResetConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	5,  // 70: cooldown.v1.ForceConnectionRequest.override:type_name -> cooldown.v1.Override
+	37, // 71: cooldown.v1.ForceConnectionRequest.duration:type_name -> google.protobuf.Duration
+	10, // 72: cooldown.v1.ForceConnectionResponse.connection:type_name -> cooldown.v1.ConnectionState
+	17, // 73: cooldown.v1.CooldownService.Admit:input_type -> cooldown.v1.AdmitRequest
+	20, // 74: cooldown.v1.CooldownService.Report:input_type -> cooldown.v1.ReportRequest
+	22, // 75: cooldown.v1.CooldownService.ReportBatch:input_type -> cooldown.v1.ReportBatchRequest
+	24, // 76: cooldown.v1.CooldownService.ExtendLease:input_type -> cooldown.v1.ExtendLeaseRequest
+	26, // 77: cooldown.v1.CooldownService.GetConnection:input_type -> cooldown.v1.GetConnectionRequest
+	28, // 78: cooldown.v1.CooldownService.ListConnections:input_type -> cooldown.v1.ListConnectionsRequest
+	30, // 79: cooldown.v1.CooldownService.WatchConnections:input_type -> cooldown.v1.WatchConnectionsRequest
+	32, // 80: cooldown.v1.AdminService.ResetConnection:input_type -> cooldown.v1.ResetConnectionRequest
+	34, // 81: cooldown.v1.AdminService.ForceConnection:input_type -> cooldown.v1.ForceConnectionRequest
+	18, // 82: cooldown.v1.CooldownService.Admit:output_type -> cooldown.v1.AdmitResponse
+	21, // 83: cooldown.v1.CooldownService.Report:output_type -> cooldown.v1.ReportResponse
+	23, // 84: cooldown.v1.CooldownService.ReportBatch:output_type -> cooldown.v1.ReportBatchResponse
+	25, // 85: cooldown.v1.CooldownService.ExtendLease:output_type -> cooldown.v1.ExtendLeaseResponse
+	27, // 86: cooldown.v1.CooldownService.GetConnection:output_type -> cooldown.v1.GetConnectionResponse
+	29, // 87: cooldown.v1.CooldownService.ListConnections:output_type -> cooldown.v1.ListConnectionsResponse
+	31, // 88: cooldown.v1.CooldownService.WatchConnections:output_type -> cooldown.v1.WatchConnectionsResponse
+	33, // 89: cooldown.v1.AdminService.ResetConnection:output_type -> cooldown.v1.ResetConnectionResponse
+	35, // 90: cooldown.v1.AdminService.ForceConnection:output_type -> cooldown.v1.ForceConnectionResponse
+	82, // [82:91] is the sub-list for method output_type
+	73, // [73:82] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_v1_cooldown_proto_init() }
@@ -3526,7 +3657,7 @@ func file_v1_cooldown_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_v1_cooldown_proto_rawDesc), len(file_v1_cooldown_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -46,6 +46,9 @@ const (
 	CooldownServiceAdmitProcedure = "/cooldown.v1.CooldownService/Admit"
 	// CooldownServiceReportProcedure is the fully-qualified name of the CooldownService's Report RPC.
 	CooldownServiceReportProcedure = "/cooldown.v1.CooldownService/Report"
+	// CooldownServiceReportBatchProcedure is the fully-qualified name of the CooldownService's
+	// ReportBatch RPC.
+	CooldownServiceReportBatchProcedure = "/cooldown.v1.CooldownService/ReportBatch"
 	// CooldownServiceExtendLeaseProcedure is the fully-qualified name of the CooldownService's
 	// ExtendLease RPC.
 	CooldownServiceExtendLeaseProcedure = "/cooldown.v1.CooldownService/ExtendLease"
@@ -74,6 +77,10 @@ type CooldownServiceClient interface {
 	Admit(context.Context, *connect.Request[cooldownv1.AdmitRequest]) (*connect.Response[cooldownv1.AdmitResponse], error)
 	// Report records the outcome of a call admitted by Admit.
 	Report(context.Context, *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error)
+	// ReportBatch records the successes one process counted over an interval
+	// on many connections (the clients' mirror, WithMirror): one request, and
+	// one idempotency key, for all of them (decision 0065).
+	ReportBatch(context.Context, *connect.Request[cooldownv1.ReportBatchRequest]) (*connect.Response[cooldownv1.ReportBatchResponse], error)
 	// ExtendLease keeps a long-running probe's lease alive.
 	ExtendLease(context.Context, *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error)
 	// GetConnection returns one connection's current state and its recent
@@ -113,6 +120,12 @@ func NewCooldownServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 			connect.WithSchema(cooldownServiceMethods.ByName("Report")),
 			connect.WithClientOptions(opts...),
 		),
+		reportBatch: connect.NewClient[cooldownv1.ReportBatchRequest, cooldownv1.ReportBatchResponse](
+			httpClient,
+			baseURL+CooldownServiceReportBatchProcedure,
+			connect.WithSchema(cooldownServiceMethods.ByName("ReportBatch")),
+			connect.WithClientOptions(opts...),
+		),
 		extendLease: connect.NewClient[cooldownv1.ExtendLeaseRequest, cooldownv1.ExtendLeaseResponse](
 			httpClient,
 			baseURL+CooldownServiceExtendLeaseProcedure,
@@ -147,6 +160,7 @@ func NewCooldownServiceClient(httpClient connect.HTTPClient, baseURL string, opt
 type cooldownServiceClient struct {
 	admit            *connect.Client[cooldownv1.AdmitRequest, cooldownv1.AdmitResponse]
 	report           *connect.Client[cooldownv1.ReportRequest, cooldownv1.ReportResponse]
+	reportBatch      *connect.Client[cooldownv1.ReportBatchRequest, cooldownv1.ReportBatchResponse]
 	extendLease      *connect.Client[cooldownv1.ExtendLeaseRequest, cooldownv1.ExtendLeaseResponse]
 	getConnection    *connect.Client[cooldownv1.GetConnectionRequest, cooldownv1.GetConnectionResponse]
 	listConnections  *connect.Client[cooldownv1.ListConnectionsRequest, cooldownv1.ListConnectionsResponse]
@@ -161,6 +175,11 @@ func (c *cooldownServiceClient) Admit(ctx context.Context, req *connect.Request[
 // Report calls cooldown.v1.CooldownService.Report.
 func (c *cooldownServiceClient) Report(ctx context.Context, req *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error) {
 	return c.report.CallUnary(ctx, req)
+}
+
+// ReportBatch calls cooldown.v1.CooldownService.ReportBatch.
+func (c *cooldownServiceClient) ReportBatch(ctx context.Context, req *connect.Request[cooldownv1.ReportBatchRequest]) (*connect.Response[cooldownv1.ReportBatchResponse], error) {
+	return c.reportBatch.CallUnary(ctx, req)
 }
 
 // ExtendLease calls cooldown.v1.CooldownService.ExtendLease.
@@ -191,6 +210,10 @@ type CooldownServiceHandler interface {
 	Admit(context.Context, *connect.Request[cooldownv1.AdmitRequest]) (*connect.Response[cooldownv1.AdmitResponse], error)
 	// Report records the outcome of a call admitted by Admit.
 	Report(context.Context, *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error)
+	// ReportBatch records the successes one process counted over an interval
+	// on many connections (the clients' mirror, WithMirror): one request, and
+	// one idempotency key, for all of them (decision 0065).
+	ReportBatch(context.Context, *connect.Request[cooldownv1.ReportBatchRequest]) (*connect.Response[cooldownv1.ReportBatchResponse], error)
 	// ExtendLease keeps a long-running probe's lease alive.
 	ExtendLease(context.Context, *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error)
 	// GetConnection returns one connection's current state and its recent
@@ -226,6 +249,12 @@ func NewCooldownServiceHandler(svc CooldownServiceHandler, opts ...connect.Handl
 		connect.WithSchema(cooldownServiceMethods.ByName("Report")),
 		connect.WithHandlerOptions(opts...),
 	)
+	cooldownServiceReportBatchHandler := connect.NewUnaryHandler(
+		CooldownServiceReportBatchProcedure,
+		svc.ReportBatch,
+		connect.WithSchema(cooldownServiceMethods.ByName("ReportBatch")),
+		connect.WithHandlerOptions(opts...),
+	)
 	cooldownServiceExtendLeaseHandler := connect.NewUnaryHandler(
 		CooldownServiceExtendLeaseProcedure,
 		svc.ExtendLease,
@@ -259,6 +288,8 @@ func NewCooldownServiceHandler(svc CooldownServiceHandler, opts ...connect.Handl
 			cooldownServiceAdmitHandler.ServeHTTP(w, r)
 		case CooldownServiceReportProcedure:
 			cooldownServiceReportHandler.ServeHTTP(w, r)
+		case CooldownServiceReportBatchProcedure:
+			cooldownServiceReportBatchHandler.ServeHTTP(w, r)
 		case CooldownServiceExtendLeaseProcedure:
 			cooldownServiceExtendLeaseHandler.ServeHTTP(w, r)
 		case CooldownServiceGetConnectionProcedure:
@@ -282,6 +313,10 @@ func (UnimplementedCooldownServiceHandler) Admit(context.Context, *connect.Reque
 
 func (UnimplementedCooldownServiceHandler) Report(context.Context, *connect.Request[cooldownv1.ReportRequest]) (*connect.Response[cooldownv1.ReportResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cooldown.v1.CooldownService.Report is not implemented"))
+}
+
+func (UnimplementedCooldownServiceHandler) ReportBatch(context.Context, *connect.Request[cooldownv1.ReportBatchRequest]) (*connect.Response[cooldownv1.ReportBatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("cooldown.v1.CooldownService.ReportBatch is not implemented"))
 }
 
 func (UnimplementedCooldownServiceHandler) ExtendLease(context.Context, *connect.Request[cooldownv1.ExtendLeaseRequest]) (*connect.Response[cooldownv1.ExtendLeaseResponse], error) {
