@@ -108,6 +108,9 @@ type mirror struct {
 	accepted atomic.Bool
 
 	admits, batched, batches, refused atomic.Uint64
+	// batchesOffUntil is when (Unix ns, the client's clock) flushes try
+	// ReportBatch again after a cooldownd answered it Unimplemented.
+	batchesOffUntil atomic.Int64
 }
 
 func newMirror(c *Client, interval time.Duration) *mirror {
@@ -459,8 +462,10 @@ func (m *mirror) flushLoop() {
 	}
 }
 
-// flush sends one report per connection, revision and retry flag with the
-// count of its successes; one cooldownd does not take goes to the report
+// flush sends the batches: one ReportBatch per up to maxBatchReports of
+// them, under one idempotency key (decision 0065), or, to a cooldownd that
+// lacks it, one report per connection, revision and retry flag with the
+// count of its successes. What cooldownd does not take goes to the report
 // queue. An answer with a throttle above 0 stops the connection's local
 // admits.
 func (m *mirror) flush(ctx context.Context) {
@@ -471,8 +476,16 @@ func (m *mirror) flush(ctx context.Context) {
 	m.batch, m.labels = map[batchKey]int64{}, map[ID]Conn{}
 	m.sent = batch
 	m.mu.Unlock()
+	chunk := make([]batchItem, 0, min(len(batch), maxBatchReports))
 	for k, n := range batch {
-		m.send(ctx, labels[k.id], k, n)
+		chunk = append(chunk, batchItem{labels[k.id], k, n})
+		if len(chunk) == maxBatchReports {
+			m.sendAll(ctx, chunk)
+			chunk = chunk[:0]
+		}
+	}
+	if len(chunk) > 0 {
+		m.sendAll(ctx, chunk)
 	}
 	m.mu.Lock()
 	m.sent = nil
@@ -531,10 +544,11 @@ func hasBatch(b map[batchKey]int64, id ID) bool {
 	return false
 }
 
-// batchRequest is the report of one batch.
+// batchRequest is the report of one batch, sent alone: from this
+// client's reporter, with a fresh idempotency key.
 func (m *mirror) batchRequest(conn Conn, k batchKey, n int64) *cooldownv1.ReportRequest {
-	req := m.c.reportRequest(conn, k.rev, "", k.retry, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200})
-	req.Count = uint32(min(n, 1_000_000))
+	req := batchEntry(batchItem{conn, k, n})
+	req.Reporter, req.IdempotencyKey = m.c.cfg.reporter, newReportKey()
 	return req
 }
 
@@ -572,7 +586,9 @@ type MirrorStats struct {
 	// Admits counts the calls admitted from the mirror.
 	Admits uint64
 	// Batched counts the successes reported in batches; Batches the
-	// reports that carried them.
+	// requests that carried them: a ReportBatch per flush (per 1,024
+	// connections), or a Report per connection to a cooldownd without
+	// ReportBatch, and one per connection settled before a report of it.
 	Batched, Batches uint64
 	// Refused counts the watch streams cooldownd refused (an older
 	// cooldownd, or a token whose role may not watch). While the last

@@ -42,7 +42,10 @@ func newReportKey() string {
 // is kept as built, with its idempotency key, and sent again as is (only
 // its delay shrinks, see request).
 type pendingReport struct {
-	req      *cooldownv1.ReportRequest
+	req *cooldownv1.ReportRequest
+	// batch, instead of req: a mirror's ReportBatch (decision 0065), sent
+	// again as is; never leased, stale only past the max age.
+	batch    *cooldownv1.ReportBatchRequest
 	hint     time.Duration // the report's delay as observed
 	observed time.Time
 }
@@ -184,6 +187,14 @@ func (c *Client) enqueue(req *cooldownv1.ReportRequest, hint time.Duration) {
 	}
 }
 
+// enqueueBatch queues a mirror's ReportBatch and starts the sender when
+// none runs.
+func (c *Client) enqueueBatch(req *cooldownv1.ReportBatchRequest) {
+	if c.queue.push(&pendingReport{batch: req, observed: c.now()}, false) {
+		c.startSender()
+	}
+}
+
 // startSender runs the queue's sender (which stops at once, keeping the
 // reports, when the client is closed).
 func (c *Client) startSender() {
@@ -209,20 +220,11 @@ func (c *Client) sendQueued() {
 			c.queue.stop()
 			return
 		}
-		req := p.request(c.now())
-		var resp *connect.Response[cooldownv1.ReportResponse]
-		_, kind, err := c.call(c.closed, "report", func(ctx context.Context, rpc cooldownService) error {
-			var err error
-			resp, err = rpc.Report(ctx, connect.NewRequest(req))
-			return err
-		})
+		kind, err := c.sendPending(p)
 		switch kind {
 		case rpcOK:
 			c.queue.settled(true)
 			c.health.success()
-			if c.mirror != nil {
-				c.mirror.answered(req, resp.Msg)
-			}
 			backoff = queueBackoffBase
 			continue
 		case rpcRejected, rpcCapped:
@@ -238,6 +240,36 @@ func (c *Client) sendQueued() {
 			return
 		}
 	}
+}
+
+// sendPending sends a queued report (or batch) once, and gives the
+// mirror cooldownd's answer. A batch answered Unimplemented (an endpoint
+// older than ReportBatch) is refused like any report: its first send may
+// have reached a newer one, so its reports cannot go again under new keys.
+func (c *Client) sendPending(p *pendingReport) (rpcKind, error) {
+	if p.batch != nil {
+		var resp *connect.Response[cooldownv1.ReportBatchResponse]
+		_, kind, err := c.call(c.closed, "report batch", func(ctx context.Context, rpc cooldownService) error {
+			var err error
+			resp, err = rpc.ReportBatch(ctx, connect.NewRequest(p.batch))
+			return err
+		})
+		if kind == rpcOK && c.mirror != nil {
+			c.mirror.batchAnswered(p.batch, resp.Msg)
+		}
+		return kind, err
+	}
+	req := p.request(c.now())
+	var resp *connect.Response[cooldownv1.ReportResponse]
+	_, kind, err := c.call(c.closed, "report", func(ctx context.Context, rpc cooldownService) error {
+		var err error
+		resp, err = rpc.Report(ctx, connect.NewRequest(req))
+		return err
+	})
+	if kind == rpcOK && c.mirror != nil {
+		c.mirror.answered(req, resp.Msg)
+	}
+	return kind, err
 }
 
 // kick reports whether the caller must start a sender: reports wait and

@@ -30,7 +30,8 @@ func loseReports(t *testing.T, cd *cooldownd, n int64) func() []*cooldownv1.Repo
 	)
 	lose.Store(n)
 	cd.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
-		if !isRPC(r, "Report") {
+		batch := isRPC(r, "ReportBatch")
+		if !batch && !isRPC(r, "Report") {
 			return false
 		}
 		body, err := io.ReadAll(r.Body)
@@ -38,12 +39,22 @@ func loseReports(t *testing.T, cd *cooldownd, n int64) func() []*cooldownv1.Repo
 			return false
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
-		var req cooldownv1.ReportRequest
-		if assert.NoError(t, proto.Unmarshal(body, &req), "a Connect unary request with the proto codec") {
-			mu.Lock()
-			seen = append(seen, &req)
-			mu.Unlock()
+		req := &cooldownv1.ReportRequest{}
+		if batch { // seen as one report of its key and the sum of its counts
+			var b cooldownv1.ReportBatchRequest
+			if !assert.NoError(t, proto.Unmarshal(body, &b)) {
+				return false
+			}
+			req.IdempotencyKey = b.GetIdempotencyKey()
+			for _, e := range b.GetReports() {
+				req.Count += e.GetCount()
+			}
+		} else if !assert.NoError(t, proto.Unmarshal(body, req), "a Connect unary request with the proto codec") {
+			return false
 		}
+		mu.Lock()
+		seen = append(seen, req)
+		mu.Unlock()
 		if lose.Add(-1) < 0 {
 			return false
 		}

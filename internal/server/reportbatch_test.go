@@ -192,7 +192,9 @@ func TestReportBatchIsValidated(t *testing.T) {
 		{"a repeat", "reports[1]", func(r *cooldownv1.ReportBatchRequest) { r.Reports[1].Connection = conn(id) }},
 		{"a bad id", "reports[1].connection.id", func(r *cooldownv1.ReportBatchRequest) { r.Reports[1].Connection = conn([]byte("short")) }},
 		{"a count", "reports[0].count", func(r *cooldownv1.ReportBatchRequest) { r.Reports[0].Count = server.MaxBatch + 1 }},
-		{"a long key", "idempotency_key", func(r *cooldownv1.ReportBatchRequest) { r.IdempotencyKey = strings.Repeat("k", server.MaxBatchKeyLen+1) }},
+		{"a long key", "idempotency_key", func(r *cooldownv1.ReportBatchRequest) {
+			r.IdempotencyKey = strings.Repeat("k", server.MaxBatchKeyLen+1)
+		}},
 		{"a short key", "idempotency_key", func(r *cooldownv1.ReportBatchRequest) { r.IdempotencyKey = "short" }},
 		{"a bad reporter", "reporter", func(r *cooldownv1.ReportBatchRequest) { r.Reporter = "a b" }},
 	}

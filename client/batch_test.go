@@ -1,0 +1,199 @@
+package client
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
+
+	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
+)
+
+// recordReports records the Report and ReportBatch requests cooldownd is
+// sent; answer, when set, may answer one instead (true).
+func recordReports(t *testing.T, cd *cooldownd, answer func(w http.ResponseWriter, r *http.Request, batch bool) bool) (reports func() []*cooldownv1.ReportRequest, batches func() []*cooldownv1.ReportBatchRequest) {
+	t.Helper()
+	var (
+		mu sync.Mutex
+		rs []*cooldownv1.ReportRequest
+		bs []*cooldownv1.ReportBatchRequest
+	)
+	cd.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
+		batch := isRPC(r, "ReportBatch")
+		if !batch && !isRPC(r, "Report") {
+			return false
+		}
+		body, err := io.ReadAll(r.Body)
+		if !assert.NoError(t, err) {
+			return false
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		mu.Lock()
+		if batch {
+			var b cooldownv1.ReportBatchRequest
+			assert.NoError(t, proto.Unmarshal(body, &b))
+			bs = append(bs, &b)
+		} else {
+			var q cooldownv1.ReportRequest
+			assert.NoError(t, proto.Unmarshal(body, &q))
+			rs = append(rs, &q)
+		}
+		mu.Unlock()
+		return answer != nil && answer(w, r, batch)
+	})
+	return func() []*cooldownv1.ReportRequest {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]*cooldownv1.ReportRequest(nil), rs...)
+		}, func() []*cooldownv1.ReportBatchRequest {
+			mu.Lock()
+			defer mu.Unlock()
+			return append([]*cooldownv1.ReportBatchRequest(nil), bs...)
+		}
+}
+
+// unimplemented answers like a cooldownd older than ReportBatch.
+func unimplemented(w http.ResponseWriter) bool {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusNotImplemented)
+	_, _ = w.Write([]byte(`{"code":"unimplemented","message":"cooldown.v1.CooldownService/ReportBatch is not implemented"}`))
+	return true
+}
+
+// mirroredConns opens a mirroring client on cd and makes n connections
+// known and healthy to it (one Admit and Report each, then a Flush).
+func mirroredConns(t *testing.T, cd *cooldownd, n int, opts ...Option) (*Client, []Conn) {
+	t.Helper()
+	c := newClient(t, cd.URL, append([]Option{WithMirror(time.Hour)}, opts...)...) // batches go at Flush only
+	conns := make([]Conn, n)
+	for i := range conns {
+		conns[i] = conn(t, c, "https://api.example.com/v1", fmt.Sprintf("key-%04d", i), "")
+	}
+	_, err := c.Admit(t.Context(), conns[0]) // the stream opens at cooldownd's first answer
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return c.Stats().Mirror.Live }, 5*time.Second, 5*time.Millisecond, "the watch stream is up")
+	for _, cn := range conns { // learned closed from the answers: mirrored
+		a, err := c.Admit(t.Context(), cn)
+		require.NoError(t, err)
+		require.NoError(t, c.Report(t.Context(), a, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200}))
+	}
+	require.NoError(t, c.Flush(t.Context()))
+	return c, conns
+}
+
+// succeed counts k mirrored successes on each of conns.
+func succeed(t *testing.T, c *Client, conns []Conn, k int) {
+	t.Helper()
+	for _, cn := range conns {
+		for range k {
+			a, err := c.Admit(t.Context(), cn)
+			require.NoError(t, err)
+			require.True(t, a.Mirrored, "admitted from the mirror")
+			require.NoError(t, c.Report(t.Context(), a, Classification{Outcome: OutcomeSuccess, HTTPStatus: 200}))
+		}
+	}
+}
+
+// TestMirrorFlushIsOneReportBatch: a flush of 30 connections' successes
+// is one ReportBatch of 30 reports under one 22-character key, from the
+// client's reporter, each report without a key or reporter of its own,
+// and cooldownd counts each. Fails if the flush sends a Report per
+// connection (each its own key in Redis).
+func TestMirrorFlushIsOneReportBatch(t *testing.T) {
+	t.Parallel()
+	cd := startCooldownd(t, fastPolicy())
+	c, conns := mirroredConns(t, cd, 30, WithReporter("proc-batch"))
+	reports, batches := recordReports(t, cd, nil)
+	succeed(t, c, conns, 3)
+	require.NoError(t, c.Flush(t.Context()))
+
+	assert.Empty(t, reports(), "no Report per connection")
+	bs := batches()
+	require.Len(t, bs, 1)
+	b := bs[0]
+	assert.Len(t, b.GetIdempotencyKey(), 22)
+	assert.Equal(t, "proc-batch", b.GetReporter())
+	require.Len(t, b.GetReports(), len(conns))
+	for _, r := range b.GetReports() {
+		assert.Empty(t, r.GetIdempotencyKey())
+		assert.Empty(t, r.GetReporter())
+		assert.Equal(t, uint32(3), r.GetCount())
+		assert.Equal(t, cooldownv1.Outcome_OUTCOME_SUCCESS, r.GetOutcome())
+	}
+	for _, cn := range conns {
+		assert.Equal(t, uint64(1+3), cd.get(t, cn).GetConnection().GetRecentSuccesses())
+	}
+}
+
+// TestMirrorFlushChunksAtTheServersBound: 1,500 connections' batches go
+// as two ReportBatch requests (1,024 and 476), each under its own key.
+func TestMirrorFlushChunksAtTheServersBound(t *testing.T) {
+	t.Parallel()
+	cd := startCooldownd(t, fastPolicy())
+	c := newClient(t, cd.URL, WithMirror(time.Hour))
+	_, batches := recordReports(t, cd, nil)
+	for i := range 1500 {
+		c.mirror.add(conn(t, c, "https://api.example.com/v1", fmt.Sprintf("key-%04d", i), ""), 0, false)
+	}
+	c.mirror.flush(t.Context())
+	bs := batches()
+	require.Len(t, bs, 2)
+	assert.ElementsMatch(t, []int{maxBatchReports, 1500 - maxBatchReports}, []int{len(bs[0].GetReports()), len(bs[1].GetReports())})
+	assert.NotEqual(t, bs[0].GetIdempotencyKey(), bs[1].GetIdempotencyKey())
+}
+
+// TestMirrorFlushToACooldowndWithoutReportBatch: an endpoint that answers
+// ReportBatch Unimplemented applied nothing, so the flush sends the
+// connections' reports one each (each keyed, every success counted), and
+// flushes stay per report for mirrorRefusedRetry (no ReportBatch tried),
+// then try ReportBatch again. A batch queued after a lost answer and then
+// answered Unimplemented is dropped (its first send may have been
+// applied), counted as refused.
+func TestMirrorFlushToACooldowndWithoutReportBatch(t *testing.T) {
+	t.Parallel()
+	cd := startCooldownd(t, fastPolicy())
+	var mu sync.Mutex
+	now := time.Now()
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	c, conns := mirroredConns(t, cd, 3, withClock(clock))
+	reports, batches := recordReports(t, cd, func(w http.ResponseWriter, _ *http.Request, batch bool) bool { return batch && unimplemented(w) })
+	succeed(t, c, conns, 2)
+	require.NoError(t, c.Flush(t.Context()))
+	require.Len(t, batches(), 1, "tried once")
+	rs := reports()
+	require.Len(t, rs, 3, "then one Report per connection")
+	for _, r := range rs {
+		assert.Len(t, r.GetIdempotencyKey(), 22, "each its own key")
+	}
+	for _, cn := range conns {
+		assert.Equal(t, uint64(1+2), cd.get(t, cn).GetConnection().GetRecentSuccesses())
+	}
+
+	succeed(t, c, conns, 1)
+	require.NoError(t, c.Flush(t.Context()))
+	assert.Len(t, batches(), 1, "not tried again within the window")
+	assert.Len(t, reports(), 6)
+
+	mu.Lock()
+	now = now.Add(mirrorRefusedRetry + time.Second)
+	mu.Unlock()
+	c.mirror.add(conns[0], cd.get(t, conns[0]).GetConnection().GetRevision(), false) // the entries aged out meanwhile
+	require.NoError(t, c.Flush(t.Context()))
+	assert.Len(t, batches(), 2, "tried again after the window")
+
+	// A queued batch (its send failed) that meets an endpoint without
+	// ReportBatch is dropped.
+	before := c.Stats().Reports
+	c.enqueueBatch(&cooldownv1.ReportBatchRequest{IdempotencyKey: newReportKey(), Reports: []*cooldownv1.ReportRequest{batchEntry(batchItem{conns[0], batchKey{conns[0].id, 0, false}, 5})}})
+	require.NoError(t, c.Flush(t.Context()))
+	after := c.Stats().Reports
+	assert.Equal(t, before.Rejected+1, after.Rejected)
+	assert.Equal(t, before.Delivered, after.Delivered)
+}
