@@ -100,6 +100,8 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	var dCoal, dDirect, cCoal, cDirect atomic.Int64 // answers of the two hot report phases
 	ops["hotreport"] = hotReports(cl, conns[0], workers, &dCoal, &dDirect)
 	ops["hotcoalesced"] = hotReports(func(w int) cooldownv1connect.CooldownServiceClient { return ccls[w/goroutinesPerClient] }, conns[0], workers, &cCoal, &cDirect)
+	var bCoal, bDirect atomic.Int64
+	ops["hotbatched"] = hotBatches(func(w int) cooldownv1connect.CooldownServiceClient { return ccls[w/goroutinesPerClient] }, conns, &bCoal, &bDirect)
 	var pool *workerPool
 	if !o.inproc {
 		fmt.Fprintf(os.Stderr, "starting %d client processes…\n", o.clients)
@@ -125,8 +127,10 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		// Both in-process, so that the two differ only in coalescing.
 		{"hotreport", "Report SUCCESS keyed, one hot connection", 1, true},
 		{"hotcoalesced", "the same, replicas coalescing every " + coalesceInterval.String() + routedNote(), 1, true},
+		{"hotbatched", fmt.Sprintf("ReportBatch keyed of %d (the hot one + %d), the same replicas", batchWidth, batchWidth-1), 1, true},
 	}
 	type shardRow struct {
+		id    string
 		name  string
 		rpcs  int
 		s     sample
@@ -177,7 +181,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		row := shardRow{name: ph.name, rpcs: ph.rpcs, s: s, cd: c1 - c0}
+		row := shardRow{id: ph.id, name: ph.name, rpcs: ph.rpcs, s: s, cd: c1 - c0}
 		for i := range r0 {
 			row.shard = append(row.shard, r1[i].sub(r0[i]))
 		}
@@ -238,21 +242,38 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 		}
 		return hi, r.s.dur.Seconds()
 	}
-	direct, dsec := hotShard(rows[len(rows)-2])
-	coal, csec := hotShard(rows[len(rows)-1])
+	row := func(id string) shardRow {
+		i := slices.IndexFunc(rows, func(r shardRow) bool { return r.id == id })
+		return rows[i]
+	}
+	hotRep, hotCoal, hotBat := row("hotreport"), row("hotcoalesced"), row("hotbatched")
+	direct, dsec := hotShard(hotRep)
+	coal, csec := hotShard(hotCoal)
+	bat, bsec := hotShard(hotBat)
 	bound, why := coalesceBound(o)
 	fmt.Printf("the hot connection's master: %.0f scripts/s for %.0f reports/s applied at once; %.0f scripts/s for %.0f reports/s coalesced (bound: %s = %.0f batches/s, one script each)\n",
-		float64(direct.evalsha)/dsec, rows[len(rows)-2].s.rate(), float64(coal.evalsha)/csec, rows[len(rows)-1].s.rate(), why, bound)
+		float64(direct.evalsha)/dsec, hotRep.s.rate(), float64(coal.evalsha)/csec, hotCoal.s.rate(), why, bound)
 	// Calibration of the coalesced model: a batch costs one Report script
 	// (decision 0063), and each keyed report in it a SET NX GET inside
 	// that script: what is left of the coalesced phase's Redis CPU once
 	// its batches are paid, per report.
 	var ctot redisStats
-	for _, sh := range rows[len(rows)-1].shard {
+	for _, sh := range hotCoal.shard {
 		ctot = ctot.add(sh)
 	}
 	batches := float64(coal.evalsha)
-	keyUS := math.Max(0, (ctot.cpu*1e6-batches*reportCPU)/math.Max(float64(rows[len(rows)-1].s.n), 1))
+	keyUS := math.Max(0, (ctot.cpu*1e6-batches*reportCPU)/math.Max(float64(hotCoal.s.n), 1))
+	// Calibration of the batched model (decision 0065): each ReportBatch
+	// is one claim script, the rest of its scripts are batches at a
+	// Report's cost; a claim costs what is left, per ReportBatch.
+	var btot redisStats
+	for _, sh := range hotBat.shard {
+		btot = btot.add(sh)
+	}
+	nb := math.Max(float64(hotBat.s.n), 1)
+	claimUS := math.Max(0, (btot.cpu*1e6-math.Max(0, float64(btot.evalsha)-nb)*reportCPU)/nb)
+	fmt.Printf("batched: %.0f reports/s in %.0f ReportBatch/s (answers, warm-up included: %d coalesced, %d applied at once); the hot master %.0f scripts/s; Redis CPU %.1f µs per report, %.1f µs per claim; keys written: one claim per ReportBatch\n",
+		hotBat.s.rate()*batchWidth, hotBat.s.rate(), bCoal.Load(), bDirect.Load(), float64(bat.evalsha)/bsec, btot.cpu*1e6/(nb*batchWidth), claimUS)
 	fmt.Printf("answers (warm-up included): applied at once %d and coalesced %d through the first replicas, %d and %d through the coalescing ones\n",
 		dDirect.Load(), dCoal.Load(), cDirect.Load(), cCoal.Load())
 	fmt.Printf("coalesced: %.0f batches in the window, Redis CPU %.1f µs per keyed report past its batch's script (%.1f µs)\n",
@@ -273,7 +294,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	fmt.Printf("coalesced: the mirror's reports, merged by each of %d replicas per connection per %.0f s: a batch costs one Report script (%.1f µs), each keyed report in it %.1f µs.\n\n",
 		modelReplicas, modelCoalesce, reportCPU, keyUS)
 	for _, r := range o.modelRate {
-		printModel(r, admitCPU, reportCPU, cdPerRPC, reportCPU, keyUS)
+		printModel(r, admitCPU, reportCPU, cdPerRPC, reportCPU, keyUS, claimUS)
 	}
 	return nil
 }
@@ -377,11 +398,11 @@ var coalesceRoute = true
 
 // addClusterFlags adds the cluster run's own flags to fs.
 func addClusterFlags(fs *flag.FlagSet) {
-	fs.BoolVar(&coalesceOnly, "coalesce-only", false, "with -cluster: only the coalescing check (coalescing replicas, keyed successes on one hot connection, the hot master's commands)")
+	fs.BoolVar(&coalesceOnly, "coalesce-only", false, "with -cluster: only the coalescing check (coalescing replicas, keyed successes on one hot connection, then as keyed ReportBatch of 16 connections; the hot master's commands)")
 	fs.BoolVar(&coalesceRoute, "coalesce-route", coalesceRoute, "with -cluster: the coalescing replicas route each connection's batches to one owner among them (--coalesce-peer-address); false: each applies its own")
 	fs.DurationVar(&clusterRedisTimeout, "cluster-redis-timeout", clusterRedisTimeout, "with -cluster: the replicas' --redis-timeout")
 	fs.DurationVar(&coalesceInterval, "coalesce-interval", coalesceInterval, "with -cluster: the coalescing replicas' --coalesce-interval")
-	fs.StringVar(&mixPhase, "command-mix", "", "with -cluster: print each master's commands in this phase (floor, admit, report, admitreport, hot, hotreport, hotcoalesced; a SLOWLOG of every command slows it)")
+	fs.StringVar(&mixPhase, "command-mix", "", "with -cluster: print each master's commands in this phase (floor, admit, report, admitreport, hot, hotreport, hotcoalesced, hotbatched; a SLOWLOG of every command slows it)")
 }
 
 // printModel prints the analytical model of docs/scaling.md: a fleet of
@@ -389,7 +410,7 @@ func addClusterFlags(fs *flag.FlagSet) {
 // making rate calls/s spread over the connections by a Zipf law (s = 1),
 // on S Redis Cluster shards, calibrated by the Redis CPU per Admit and per
 // Report and the cooldownd CPU per RPC measured above.
-func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
+func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS, claimUS float64) {
 	lambda := rate * modelProcs
 	var h float64
 	for i := 1; i <= modelConns; i++ {
@@ -417,6 +438,12 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
 			mirrorHot, batchHot, routedHot = v, b, rb
 		}
 	}
+	// Batched (decision 0065): each process flushes its connections in
+	// one ReportBatch per 1,024 of them per interval, one claim each;
+	// routed, their successes are held unkeyed: the batches as routed,
+	// and no key per report.
+	perProc := mirrorOps * modelInterval / modelProcs
+	claims := modelProcs * math.Ceil(perProc/1024) / modelInterval
 	callUS := admitUS + reportUS
 	fmt.Printf("%d client processes × %.0f calls/s = %.0f calls/s, %d replicas, %d connections (Zipf s=1: the hottest carries %.1f%%),\n",
 		modelProcs, rate, lambda, modelReplicas, modelConns, 100*p1)
@@ -426,10 +453,12 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
 		batchOps, mirrorOps, batchHot, modelReplicas, modelCoalesce)
 	fmt.Printf("coalesced and routed: %.0f batches/s (one script each); the hottest connection %.1f batches/s (at most 1/%.0f s), and at most %d Merge calls/s between the replicas.\n",
 		routedOps, routedHot, modelCoalesce, int(modelReplicas*(modelReplicas-1)/modelCoalesce))
-	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores; coalescing does not change it).\n\n",
-		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6)
+	fmt.Printf("batched and routed (ReportBatch): %.0f batches/s as routed, and %.0f claims/s (each process's %.0f connections per interval in %.0f ReportBatch), no key per report.\n",
+		routedOps, claims, perProc, math.Ceil(perProc/1024))
+	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores; coalescing does not change it); %.0f ReportBatch/s per replica batched.\n\n",
+		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6, claims/modelReplicas)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tcoalesced: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\trouted: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\t")
+	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tcoalesced: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\trouted: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\tbatched: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\t")
 	for _, s := range []float64{1, 3, 6, 12, 24, 48} {
 		hotShare := p1 + (1-p1)/s // the hot connection's slot plus an even share of the rest
 		noHot := 2 * lambda * hotShare
@@ -441,8 +470,10 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS float64) {
 		bCPU := (bHot*batchUS + mHot*keyUS) / 1e6
 		rHot := routedHot + (routedOps-routedHot)/s
 		rCPU := (rHot*batchUS + mHot*keyUS) / 1e6
-		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU,
-			batchOps/s, bHot, 100*bCPU, routedOps/s, rHot, 100*rCPU)
+		cHot := rHot + claims/s // claims spread over the slots
+		cCPU := (rHot*batchUS + claims/s*claimUS) / 1e6
+		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU,
+			batchOps/s, bHot, 100*bCPU, routedOps/s, rHot, 100*rCPU, (routedOps+claims)/s, cHot, 100*cCPU)
 	}
 	_ = tw.Flush()
 	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n\n", 1e6/(callUS*p1))
@@ -558,5 +589,31 @@ func runCoalesceOnly(ctx context.Context, o options, ps *proctest.Group, addrs [
 	fmt.Printf("%.0f reports/s (errors %d; answers, warm-up included: %d coalesced, %d applied at once)\n", s.rate(), s.errs, co.Load(), di.Load())
 	fmt.Printf("the hot master: %.0f scripts/s, %.0f commands/s (%.2f scripts per report); bound %.0f batches/s, one script each; Redis CPU %.1f µs per report\n",
 		float64(hot.evalsha)/sec, float64(hot.calls)/sec, float64(hot.evalsha)/math.Max(float64(s.n), 1), bound, hot.cpu*1e6/math.Max(float64(s.n), 1))
+
+	// The same successes as the mirror flushes them (decision 0065): one
+	// keyed ReportBatch of the hot connection and 15 others per op.
+	co.Store(0)
+	di.Store(0)
+	b := hotBatches(func(w int) cooldownv1connect.CooldownServiceClient { return cls[(w/goroutinesPerClient)%len(cls)] }, clusterConns(1+batchPool), &co, &di)
+	s = drive(ctx, workers, o.warm, o.phase, b, func() { r0 = per() }, func() { r1 = per() })
+	var all redisStats
+	hot = redisStats{}
+	for i := range r0 {
+		d := r1[i].sub(r0[i])
+		all = all.add(d)
+		if d.calls > hot.calls {
+			hot = d
+		}
+	}
+	sec = s.dur.Seconds()
+	n := math.Max(float64(s.n), 1) * batchWidth
+	e := ""
+	if s.err != nil {
+		e = " (" + trunc(s.err.Error(), 80) + ")"
+	}
+	fmt.Printf("batched: %.0f reports/s in %.0f ReportBatch/s of %d (errors %d%s; answers, warm-up included: %d coalesced, %d applied at once)\n",
+		s.rate()*batchWidth, s.rate(), batchWidth, s.errs, e, co.Load(), di.Load())
+	fmt.Printf("the hot master: %.0f scripts/s, %.0f commands/s; every master: %.2f commands per report, Redis CPU %.1f µs per report\n",
+		float64(hot.evalsha)/sec, float64(hot.calls)/sec, float64(all.calls)/n, all.cpu*1e6/n)
 	return nil
 }
