@@ -133,3 +133,44 @@ func FuzzMergeRequest(f *testing.F) {
 		s.coalesce.flush(context.Background(), s.now) // start empty again
 	})
 }
+
+// FuzzReportBatchRequest decodes arbitrary bytes as a ReportBatchRequest
+// and runs the handler, coalescing: it never panics, rejects with
+// invalid_argument, and accepts only batches within bounds, answering
+// each report.
+func FuzzReportBatchRequest(f *testing.F) {
+	s := fuzzServer(f)
+	s.StartCoalescing(time.Hour)
+	id, other := make([]byte, 32), make([]byte, 32)
+	other[0] = 1
+	ok := func(id []byte, count uint32) *cooldownv1.ReportRequest {
+		return &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: id, Label: "openai gpt-4o"}, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, Count: count, HttpStatus: 200}
+	}
+	seedBytes(f, &cooldownv1.ReportBatchRequest{Reports: []*cooldownv1.ReportRequest{ok(id, 3), ok(other, 1)}, Reporter: "pod-1", IdempotencyKey: "batch-key-0123456789ab"})
+	seedBytes(f, &cooldownv1.ReportBatchRequest{Reports: []*cooldownv1.ReportRequest{ok(id, 3), ok(id, 1)}})
+	seedBytes(f, &cooldownv1.ReportBatchRequest{Reports: []*cooldownv1.ReportRequest{{Connection: &cooldownv1.Connection{Id: id}, Outcome: cooldownv1.Outcome_OUTCOME_RATE_LIMITED}}})
+	seedBytes(f, &cooldownv1.ReportBatchRequest{Reports: []*cooldownv1.ReportRequest{{Connection: &cooldownv1.Connection{Id: id[:31]}, IdempotencyKey: "k"}}, IdempotencyKey: "short"})
+	svc := cooldownService{s}
+	ctx := context.WithValue(context.Background(), identityKey{}, Identity{Tenant: keys.DefaultTenant})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var m cooldownv1.ReportBatchRequest
+		if proto.Unmarshal(data, &m) != nil {
+			return
+		}
+		res, err := svc.ReportBatch(ctx, connect.NewRequest(&m))
+		if err != nil {
+			require.Contains(t, []connect.Code{connect.CodeInvalidArgument, connect.CodeResourceExhausted}, connect.CodeOf(err), "%v", err)
+			return
+		}
+		require.Len(t, res.Msg.GetReports(), len(m.GetReports()))
+		require.LessOrEqual(t, len(m.GetReports()), MaxBatchReports)
+		require.LessOrEqual(t, len(m.GetIdempotencyKey()), MaxBatchKeyLen)
+		for i, r := range m.GetReports() {
+			require.Equal(t, cooldownv1.Outcome_OUTCOME_SUCCESS, r.GetOutcome())
+			require.Len(t, r.GetConnection().GetId(), 32)
+			require.Empty(t, r.GetLeaseToken())
+			require.Empty(t, r.GetIdempotencyKey())
+			require.NotNil(t, res.Msg.GetReports()[i])
+		}
+	})
+}
