@@ -29,6 +29,12 @@ const (
 	// coalesceFlushers is how many connections' batches one flush applies
 	// at once.
 	coalesceFlushers = 16
+	// CoalesceQuietKeep is how many flushes in a row with nothing held a
+	// healthy connection stays learned (decision 0065): what the replica
+	// answers for it is then at most that many intervals old, and a
+	// connection whose successes reach this replica less than once per
+	// interval is not applied at once each time it comes back.
+	CoalesceQuietKeep = 8
 )
 
 // The bytes a coalescing replica holds per connection and per keyed
@@ -112,6 +118,8 @@ type coalesceEntry struct {
 	// batches to, at forwardedAt; settle asks it to apply them first.
 	forwardTo   string
 	forwardedAt time.Time
+	// quiet counts the flushes in a row that found nothing held.
+	quiet uint8
 }
 
 // coalesceBatch is the successes taken at one revision with one retry flag.

@@ -49,6 +49,7 @@ func (k *coalescer) detach(key connKey, e *coalesceEntry) (flushJob, bool) {
 	}
 	j.done = make(chan struct{})
 	e.applying = j.done
+	e.quiet = 0
 	return j, true
 }
 
@@ -78,8 +79,9 @@ func (k *coalescer) finish(j flushJob, forwardTo string, t time.Time) {
 }
 
 // flush applies every batch held (each connection's on its own, up to
-// coalesceFlushers at once) and forgets the connections that had none:
-// a connection stays learned only while its successes keep coming.
+// coalesceFlushers at once) and forgets the connections that had none
+// for CoalesceQuietKeep intervals in a row: a connection stays learned
+// only while its successes keep coming.
 func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
 	var jobs []flushJob
 	k.mu.Lock()
@@ -89,6 +91,13 @@ func (k *coalescer) flush(ctx context.Context, now func() time.Time) {
 		}
 		j, ok := k.detach(key, e)
 		if !ok {
+			if e.healthy && e.quiet < CoalesceQuietKeep {
+				// Still learned: the Zipf tail's connections have quiet
+				// intervals, and each would cost a success applied at once
+				// to learn it again (decision 0065).
+				e.quiet++
+				continue
+			}
 			if e.forwardTo != "" && now().Sub(e.forwardedAt) < k.routeWindow() {
 				// Kept for settle, which asks the owner to apply what was
 				// routed to it; not learned any more.

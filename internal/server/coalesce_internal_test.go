@@ -246,9 +246,10 @@ func TestCoalesceIsTheSumOfTheReports(t *testing.T) {
 
 // TestCoalesceFlushesEveryInterval: under synctest's clock, reports held
 // reach the store one interval after the loop's last flush at the latest
-// and not before it; a connection with nothing held at a flush is
-// forgotten (its next success goes at once). Fails if the loop does not
-// flush, flushes late, or keeps idle connections.
+// and not before it; a connection with nothing held at CoalesceQuietKeep+1
+// flushes in a row is forgotten (its next success goes at once), not
+// before. Fails if the loop does not flush, flushes late, forgets a
+// connection at its first quiet interval, or keeps idle ones.
 func TestCoalesceFlushesEveryInterval(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -271,7 +272,8 @@ func TestCoalesceFlushesEveryInterval(t *testing.T) {
 		synctest.Wait()
 		require.Len(t, log.of(c.ID), 1, "at the interval")
 		assert.Equal(t, int64(3), log.of(c.ID)[0].Count)
-		// Held again during the next interval, then nothing: forgotten.
+		// Held again during the next interval, then nothing: still
+		// learned for CoalesceQuietKeep quiet intervals, then forgotten.
 		_, ok, _ := k.take(c, okReport, time.Now())
 		require.True(t, ok)
 		time.Sleep(200 * time.Millisecond)
@@ -279,8 +281,11 @@ func TestCoalesceFlushesEveryInterval(t *testing.T) {
 		require.Len(t, log.of(c.ID), 2)
 		time.Sleep(200 * time.Millisecond)
 		synctest.Wait()
+		assert.True(t, k.holdable(c, okReport), "a quiet interval keeps it learned")
+		time.Sleep(CoalesceQuietKeep * 200 * time.Millisecond)
+		synctest.Wait()
 		_, ok, _ = k.take(c, okReport, time.Now())
-		assert.False(t, ok, "an interval with no success forgets the connection")
+		assert.False(t, ok, "CoalesceQuietKeep+1 quiet intervals in a row forget the connection")
 	})
 }
 

@@ -367,9 +367,10 @@ func TestRoutedSettleWaitsForAForwardInFlight(t *testing.T) {
 	assert.Equal(t, int64(4), lb.of(c.ID)[0].Count)
 }
 
-// TestRoutedSettleAfterAQuietInterval: an interval with no success after
-// routing does not forget the owner: a failure then still asks it to
-// settle. Fails if the flush deletes the entry that remembers the route.
+// TestRoutedSettleAfterAQuietInterval: intervals with no success after
+// routing, even past CoalesceQuietKeep, do not forget the owner: a
+// failure then still asks it to settle. Fails if the flush deletes the
+// entry that remembers the route.
 func TestRoutedSettleAfterAQuietInterval(t *testing.T) {
 	t.Parallel()
 	a, _, _, lb, net := routedPair(t)
@@ -378,10 +379,12 @@ func TestRoutedSettleAfterAQuietInterval(t *testing.T) {
 	a.interval = time.Minute
 	takeN(t, a, c, okReport, 5)
 	a.flush(context.Background(), time.Now)
-	a.flush(context.Background(), time.Now) // quiet
+	for range CoalesceQuietKeep + 1 { // quiet: learned for CoalesceQuietKeep, then forgotten
+		a.flush(context.Background(), time.Now)
+	}
 	a.settle(context.Background(), c, time.Now)
 	assert.Equal(t, 1, net.settles)
 	require.Len(t, lb.of(c.ID), 1)
 	_, ok, _ := a.take(c, okReport, time.Now())
-	assert.False(t, ok, "a quiet interval still forgets what was learned")
+	assert.False(t, ok, "quiet intervals in a row still forget what was learned")
 }

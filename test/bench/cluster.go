@@ -22,6 +22,7 @@ import (
 	"github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1/cooldownv1connect"
 	"github.com/cooldownd/cooldownd/internal/keys"
 	"github.com/cooldownd/cooldownd/internal/proctest"
+	"github.com/cooldownd/cooldownd/internal/server"
 )
 
 // goroutinesPerClient is how many calls one simulated client process has
@@ -425,17 +426,25 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS, claimUS float64) 
 	// batches/s, at most R/Tc.
 	// Routed (decision 0064), connection i's batches meet at its one
 	// owner: (1-e^(-m_i·Tc))/Tc batches/s, at most 1/Tc.
-	var mirrorOps, mirrorHot, batchOps, batchHot, routedOps, routedHot float64
+	// A replica forgets a connection after CoalesceQuietKeep+1 flushes in
+	// a row without its successes (decision 0065); its next success then
+	// goes at once, a keyed Report: R·(1-e^(-x))·e^(-(K+1)·x)/Tc reports/s
+	// with x = m_i·Tc/R, whether routed or not (each replica learns what it
+	// holds from its own answers).
+	var mirrorOps, mirrorHot, batchOps, batchHot, routedOps, routedHot, relearn, relearnHot float64
 	for i := 1; i <= modelConns; i++ {
 		pi := 1 / (float64(i) * h)
 		v := modelProcs * (1 - math.Exp(-rate*pi*modelInterval)) / modelInterval
 		b := modelReplicas * (1 - math.Exp(-v*modelCoalesce/modelReplicas)) / modelCoalesce
 		rb := (1 - math.Exp(-v*modelCoalesce)) / modelCoalesce
+		x := v * modelCoalesce / modelReplicas
+		rl := modelReplicas * (1 - math.Exp(-x)) * math.Exp(-float64(server.CoalesceQuietKeep+1)*x) / modelCoalesce
 		mirrorOps += v
 		batchOps += b
 		routedOps += rb
+		relearn += rl
 		if i == 1 {
-			mirrorHot, batchHot, routedHot = v, b, rb
+			mirrorHot, batchHot, routedHot, relearnHot = v, b, rb, rl
 		}
 	}
 	// Batched (decision 0065): each process flushes its connections in
@@ -455,6 +464,8 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS, claimUS float64) 
 		routedOps, routedHot, modelCoalesce, int(modelReplicas*(modelReplicas-1)/modelCoalesce))
 	fmt.Printf("batched and routed (ReportBatch): %.0f batches/s as routed, and %.0f claims/s (each process's %.0f connections per interval in %.0f ReportBatch), no key per report.\n",
 		routedOps, claims, perProc, math.Ceil(perProc/1024))
+	fmt.Printf("coalesced, routed or not: %.0f keyed reports/s applied at once to learn a connection again after %d quiet intervals at a replica (in each column's scripts).\n",
+		relearn, server.CoalesceQuietKeep+1)
 	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores; coalescing does not change it); %.0f ReportBatch/s per replica batched.\n\n",
 		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6, claims/modelReplicas)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -466,14 +477,15 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS, claimUS float64) 
 		maxCalls := 1e6 / (callUS * hotShare)
 		mHot := mirrorHot + (mirrorOps-mirrorHot)/s
 		mCPU := mHot * reportUS / 1e6
-		bHot := batchHot + (batchOps-batchHot)/s
+		lHot := relearnHot + (relearn-relearnHot)/s
+		bHot := batchHot + (batchOps-batchHot)/s + lHot
 		bCPU := (bHot*batchUS + mHot*keyUS) / 1e6
-		rHot := routedHot + (routedOps-routedHot)/s
+		rHot := routedHot + (routedOps-routedHot)/s + lHot
 		rCPU := (rHot*batchUS + mHot*keyUS) / 1e6
 		cHot := rHot + claims/s // claims spread over the slots
-		cCPU := (rHot*batchUS + claims/s*claimUS) / 1e6
+		cCPU := (rHot*batchUS + lHot*keyUS + claims/s*claimUS) / 1e6
 		fmt.Fprintf(tw, "%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t%.0f\t%.0f\t%.0f%%\t\n", s, 2*lambda/s, noHot, 100*noCPU, maxCalls, mirrorOps/s, mHot, 100*mCPU,
-			batchOps/s, bHot, 100*bCPU, routedOps/s, rHot, 100*rCPU, (routedOps+claims)/s, cHot, 100*cCPU)
+			(batchOps+relearn)/s, bHot, 100*bCPU, (routedOps+relearn)/s, rHot, 100*rCPU, (routedOps+relearn+claims)/s, cHot, 100*cCPU)
 	}
 	_ = tw.Flush()
 	fmt.Printf("without the mirror capacity grows with shards only up to the hot connection's slot: at most %.0f calls/s however many shards.\n\n", 1e6/(callUS*p1))
