@@ -11,23 +11,25 @@ import { create } from "@bufbuild/protobuf";
 import { durationFromMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { ConnectError } from "@connectrpc/connect";
 
-import { AdmitRequestSchema, ExtendLeaseRequestSchema, State as WireState, type ReportRequest } from "./gen/v1/cooldown_pb.js";
+import {
+  AdmitRequestSchema, ExtendLeaseRequestSchema, State as WireState, type ReportBatchRequest, type ReportBatchResponse, type ReportRequest,
+} from "./gen/v1/cooldown_pb.js";
 import { Decision, DenyReason, Outcome, outcomeName } from "./breaker.js";
 import type { Classification } from "./classify.js";
 import { Conn, makeConn, type ConnectionSpec } from "./conn.js";
 import { GuardError, InvalidConnError, RejectedError, UnavailableError } from "./errors.js";
 import { Health } from "./health.js";
 import { consoleLogger, type Logger } from "./log.js";
-import { Mirror, type MirrorTicket } from "./mirror.js";
-import { QueueBackoffBaseMs, QueueBackoffCapMs, ReportQueue } from "./queue.js";
+import { Mirror, type MirrorBatch, type MirrorTicket } from "./mirror.js";
+import { isBatch, QueueBackoffBaseMs, QueueBackoffCapMs, ReportQueue } from "./queue.js";
 import { admission, retries, validConns, wireConn, type Admission } from "./admission.js";
 import { isStream } from "./body.js";
 import { randN, run, type AttemptContext, type GuardHost, type GuardOptions, type GuardPolicy } from "./guard.js";
 import { Tracing, type GuardKind } from "./otel.js";
 import { Local, Revisions } from "./local.js";
 import { config, parseEndpoints, type ClientOptions, type Config, type Stats } from "./options.js";
-import { informs, reportDelay, reportRequest, withHint } from "./report.js";
-import { classifyRpc, codeName, Endpoints } from "./transport.js";
+import { batchAnswers, batchRequest, informs, reportDelay, reportKey, reportRequest, successReport, withHint } from "./report.js";
+import { classifyRpc, codeName, Endpoints, unimplemented, type CallResult } from "./transport.js";
 
 export { allowed, MaxCandidates, type Admission } from "./admission.js";
 export { readErrorBody } from "./body.js";
@@ -117,6 +119,7 @@ export class Client {
         rpc: () => this.endpoints.rpc(),
         rejected: (err) => classifyRpc(err) === "rejected",
         sendBatch: (conn, rev, count, retry, queueOnly) => this.sendBatch(conn, rev, count, retry, queueOnly ?? false),
+        sendBatches: (batches) => this.sendBatches(batches),
       }, cfg.mirrorIntervalMs);
       this.mirror.start();
     }
@@ -124,9 +127,9 @@ export class Client {
 
   /** Sends one batch of successes; one cooldownd does not take goes to the report queue. */
   private async sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean, queueOnly: boolean): Promise<void> {
-    const req = this.reportRequest(conn, rev, "", retry, { outcome: Outcome.Success, retryable: false, retryAfterMs: 0, httpStatus: 200,
-      errorCode: "", proactiveMs: 0, tooLong: false });
-    req.count = count;
+    const req = successReport(conn, rev, count, retry);
+    req.reporter = this.reporter;
+    req.idempotencyKey = reportKey();
     if (queueOnly) {
       this.enqueue(req, 0);
       return;
@@ -138,6 +141,30 @@ export class Client {
     } else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) {
       this.enqueue(req, 0);
     }
+  }
+
+  /**
+   * Sends batches as one ReportBatch (decision 0065); one cooldownd does
+   * not take goes to the report queue whole, with its key. False: cooldownd
+   * answered Unimplemented (it lacks the RPC, so applied nothing).
+   */
+  private async sendBatches(batches: MirrorBatch[]): Promise<boolean> {
+    const req = batchRequest(batches.map((b) => successReport(b.conn, b.rev, b.count, b.retry)), this.reporter);
+    const r = await this.endpoints.call("report batch", undefined, (rpc, o) => rpc.reportBatch(req, o));
+    if (r.kind === "ok") {
+      this.health.success();
+      this.batchAnswered(req, r.value!);
+    } else if (unimplemented(r.err)) {
+      return false;
+    } else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) {
+      this.enqueue(req, 0);
+    }
+    return true;
+  }
+
+  /** Feeds each answer of a ReportBatch to the mirror, as a batch's own report's answer. */
+  private batchAnswered(req: ReportBatchRequest, res: ReportBatchResponse): void {
+    for (const [conn, a] of batchAnswers(req, res)) this.mirror?.reportAnswer(conn, a);
   }
 
   /** The wire report of one call, from this client's reporter; retry: the call was a retry on conn. */
@@ -322,7 +349,7 @@ export class Client {
 
   // ---- the report queue ----
 
-  private enqueue(req: ReportRequest, hintMs: number): void {
+  private enqueue(req: ReportRequest | ReportBatchRequest, hintMs: number): void {
     if (this.queue.push({ req, hintMs, observed: this.now() }, false)) this.startSender();
   }
 
@@ -341,15 +368,14 @@ export class Client {
         this.queue.stop();
         return;
       }
-      const req = withHint(p, this.now());
-      const r = await this.endpoints.call("report", undefined, (rpc, o) => rpc.report(req, o));
+      const r = await this.sendPending(withHint(p, this.now()));
       if (r.kind === "ok") {
         this.queue.settled(true);
         this.health.success();
-        if (req.connection && req.connection.id.length === 32) this.mirror?.reportAnswer(new Conn(req.connection.id, req.connection.label), r.value!);
         backoff = QueueBackoffBaseMs;
         continue;
       }
+      // A batch answered Unimplemented (rejected) is dropped too.
       if (r.kind === "rejected" || r.kind === "capped") {
         this.queue.settled(false);
         this.log.debug("cooldownd refused a queued report; dropped", { code: codeName(r.err) });
@@ -367,6 +393,20 @@ export class Client {
         return;
       }
     }
+  }
+
+  /** Sends one queued report or batch as is; an answer goes to the mirror. */
+  private async sendPending(req: ReportRequest | ReportBatchRequest): Promise<CallResult<unknown>> {
+    if (isBatch(req)) {
+      const r = await this.endpoints.call("report batch", undefined, (rpc, o) => rpc.reportBatch(req, o));
+      if (r.kind === "ok") this.batchAnswered(req, r.value!);
+      return r;
+    }
+    const r = await this.endpoints.call("report", undefined, (rpc, o) => rpc.report(req, o));
+    if (r.kind === "ok" && req.connection && req.connection.id.length === 32) {
+      this.mirror?.reportAnswer(new Conn(req.connection.id, req.connection.label), r.value!);
+    }
+    return r;
   }
 
   /** Sends the queued reports now and waits until the queue is empty or signal aborts. Call it before exit. */

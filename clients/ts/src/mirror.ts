@@ -2,8 +2,8 @@
 // copy of the connections this process uses, fed by cooldownd's
 // WatchConnections stream, that admits a call without a round trip while
 // its connection is closed and healthy; successes are counted and
-// reported in batches (Report.count); failures, hints and probes still go
-// to cooldownd at once.
+// reported in batches (Report.count), one ReportBatch per flush (decision
+// 0065); failures, hints and probes still go to cooldownd at once.
 
 import type { Client as RpcClient } from "@connectrpc/connect";
 import { Override as WireOverride, State as WireState, type ConnectionState, type CooldownService, type ReportRequest } from "./gen/v1/cooldown_pb.js";
@@ -22,7 +22,15 @@ export const DefaultMirrorIntervalMs = 1_000;
 
 /** The counters of the mirror. */
 export interface MirrorStats {
-  live: boolean; mirrored: number; admits: number; batched: number; batches: number;
+  live: boolean; mirrored: number; admits: number;
+  /** The successes reported in batches. */
+  batched: number;
+  /**
+   * The requests that carried them: a ReportBatch per flush (per 1,024
+   * connections), or a Report per connection to a cooldownd without
+   * ReportBatch, and one per connection settled before a report of it.
+   */
+  batches: number;
   /**
    * The watch streams cooldownd refused (an older cooldownd, or a token whose
    * role may not watch). While the last stream was refused, or before one was
@@ -34,6 +42,11 @@ export interface MirrorStats {
 
 /** About how long the mirror waits to ask again after cooldownd refused its watch stream, ms. */
 export const MirrorRefusedRetryMs = 6 * QueueBackoffCapMs;
+/** The most batches one ReportBatch carries. */
+export const MaxReportBatch = 1024;
+
+/** One connection's successes under one revision and retry flag, as sent (count at most 1,000,000). */
+export interface MirrorBatch { conn: Conn; rev: bigint; retry: boolean; count: number; }
 
 /** What the mirror needs of its client. */
 export interface MirrorHost {
@@ -46,6 +59,12 @@ export interface MirrorHost {
   rejected(err: unknown): boolean;
   /** Sends one report of count successes (retry: retries on conn); what cooldownd does not take is queued; queueOnly: queued, not sent. */
   sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean, queueOnly?: boolean): Promise<void>;
+  /**
+   * Sends batches (1 to 1,024) as one ReportBatch; what cooldownd does not
+   * take is queued as it is. False: cooldownd does not know ReportBatch (an
+   * older one; Unimplemented) and applied none of them.
+   */
+  sendBatches(batches: MirrorBatch[]): Promise<boolean>;
 }
 
 interface Entry { conn: Conn; rev: bigint; seenAt: number; }
@@ -133,6 +152,8 @@ export class Mirror {
   private batched = 0;
   private batches = 0;
   private refused = 0;
+  /** Until then (host.now()) flushes send one report per batch: cooldownd answered a ReportBatch Unimplemented. */
+  private perBatchUntil = 0;
   /**
    * cooldownd took a watch stream of this client's token: it lets clients
    * watch their tenant, so it counts batched successes (ReportRequest.count
@@ -424,11 +445,15 @@ export class Mirror {
     this.batched++;
   }
 
-  /** Sends one report per connection, revision and retry flag with the count of its successes. */
+  /**
+   * Sends the count of successes of each connection, revision and retry
+   * flag: in ReportBatches of at most 1,024, or, for a while after a
+   * cooldownd answered one Unimplemented, one report each.
+   */
   async flush(): Promise<void> {
     const batch = [...this.batch.values()];
     this.batch = new Map();
-    await this.send(batch);
+    await this.send(batch, false, true);
   }
 
   /**
@@ -453,16 +478,30 @@ export class Mirror {
     if (mine.length > 0) await this.send(mine, !direct);
   }
 
-  /** Sends batches one after the other; settle can see which connections they carry until they are sent. */
-  private async send(batches: Batch[], queueOnly = false): Promise<void> {
+  /**
+   * Sends batches, one report each or (together) in ReportBatches; settle
+   * can see which connections they carry until they are sent.
+   */
+  private async send(batches: Batch[], queueOnly = false, together = false): Promise<void> {
     if (batches.length === 0) return;
     let done!: () => void;
     const f = { ids: new Set(batches.map((b) => b.conn.idHex)), done: new Promise<void>((r) => { done = r; }) };
     this.sending.add(f);
+    const sent = batches.map(({ conn, rev, retry, n }) => ({ conn, rev, retry, count: Math.min(n, 1_000_000) }));
     try {
-      for (const { conn, rev, retry, n } of batches) {
-        this.batches++;
-        await this.host.sendBatch(conn, rev, Math.min(n, 1_000_000), retry, queueOnly);
+      for (let i = 0; i < sent.length; i += MaxReportBatch) {
+        const chunk = sent.slice(i, i + MaxReportBatch);
+        if (together && this.host.now() >= this.perBatchUntil) {
+          this.batches++;
+          if (await this.host.sendBatches(chunk)) continue;
+          this.batches--; // not a request after all
+          // An older cooldownd: nothing applied; these, and the flushes for a while, go one by one.
+          this.perBatchUntil = this.host.now() + MirrorRefusedRetryMs;
+          this.host.log.debug("cooldownd does not know ReportBatch; the mirror's batches go one report each for a while",
+            { retryInMs: MirrorRefusedRetryMs });
+        }
+        this.batches += chunk.length;
+        for (const b of chunk) await this.host.sendBatch(b.conn, b.rev, b.count, b.retry, queueOnly);
       }
     } finally {
       this.sending.delete(f);

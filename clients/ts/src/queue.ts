@@ -1,10 +1,11 @@
 // The report queue of the Go client (client/queue.go): reports cooldownd
 // did not take at once, bounded, leased first, the oldest non-lease
 // dropped first, none older than maxAge; a delayed hint carries only what
-// is left of it; every resend carries the report's idempotency key.
+// is left of it; every resend carries the report's idempotency key. An
+// item is one report or one ReportBatch of the mirror's (decision 0065).
 
 import { Outcome } from "./breaker.js";
-import type { ReportRequest } from "./gen/v1/cooldown_pb.js";
+import type { ReportBatchRequest, ReportRequest } from "./gen/v1/cooldown_pb.js";
 
 export const DefaultReportQueueSize = 1024;
 export const DefaultReportQueueMaxAgeMs = 60_000;
@@ -17,19 +18,25 @@ export const QueueBackoffCapMs = 5_000;
  * see remainingHint), so cooldownd counts it once.
  */
 export interface PendingReport {
-  req: ReportRequest;
-  /** The report's delay as observed, ms. */
+  /** One report, or one batch of the mirror's successes (one item, sent as is with its key). */
+  req: ReportRequest | ReportBatchRequest;
+  /** The report's delay as observed, ms (0 for a batch). */
   hintMs: number;
   observed: number;
 }
 
-const leased = (p: PendingReport) => p.req.leaseToken !== "";
+/** Whether req is a batch of reports. */
+export function isBatch(req: ReportRequest | ReportBatchRequest): req is ReportBatchRequest {
+  return req.$typeName === "cooldown.v1.ReportBatchRequest";
+}
 
-/** Whether p is no longer worth sending. */
+const leased = (p: PendingReport) => !isBatch(p.req) && p.req.leaseToken !== "";
+
+/** Whether p is no longer worth sending; a batch goes stale by its age only. */
 export function stale(p: PendingReport, now: number, maxAgeMs: number): boolean {
   const age = now - p.observed;
   if (age > maxAgeMs) return true;
-  if (leased(p) || p.hintMs <= 0 || age < p.hintMs) return false;
+  if (isBatch(p.req) || leased(p) || p.hintMs <= 0 || age < p.hintMs) return false;
   const o = p.req.outcome as number;
   return o === Outcome.Success || o === Outcome.RateLimited || o === Outcome.Overloaded;
 }

@@ -39,6 +39,11 @@ export function classifyRpc(err: unknown): RpcKind {
   return "failed";
 }
 
+/** Whether err is Unimplemented: cooldownd (an older one) lacks the RPC and did nothing. */
+export function unimplemented(err: unknown): boolean {
+  return err !== undefined && ConnectError.from(err).code === Code.Unimplemented;
+}
+
 /** The name of an RPC error's code ("" for none). */
 export function codeName(err: unknown): string {
   if (err === undefined) return "";

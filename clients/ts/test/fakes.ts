@@ -1,10 +1,19 @@
 // A scripted fake LLM provider and a loopback TCP proxy that can be cut,
-// for the guard and degradation tests. Loopback only.
+// for the guard and degradation tests (loopback only); a scripted cooldownd
+// in process, for the mirror's.
 
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse, type Server as HttpServer } from "node:http";
 import { createServer, connect, type Server as NetServer, type Socket, type AddressInfo } from "node:net";
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { createInterface } from "node:readline";
+import { create } from "@bufbuild/protobuf";
+import { Code, ConnectError, createRouterTransport } from "@connectrpc/connect";
+
+import { Decision } from "../src/breaker.js";
+import {
+  AdmitResponseSchema, CandidateDecisionSchema, CooldownService, ReportBatchResponseSchema, ReportResponseSchema, State as WireState,
+  WatchConnectionsResponseSchema, type ReportBatchRequest, type ReportRequest, type WatchConnectionsResponse,
+} from "../src/gen/v1/cooldown_pb.js";
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void;
 
@@ -119,6 +128,89 @@ export async function blackhole(): Promise<{ url: string; close(): Promise<void>
     url: `http://127.0.0.1:${(s.address() as AddressInfo).port}`,
     close: () => { for (const c of sockets) c.destroy(); return new Promise((r) => s.close(() => r())); },
   };
+}
+
+/**
+ * A cooldownd in process whose Admit allows at revision rev, closed, and
+ * whose Report (and each report of a ReportBatch) answers with what
+ * answerReport says (closed at rev by default); down fails the unary
+ * calls while the watch stream goes on.
+ */
+export class FakeCooldownd {
+  admits = 0;
+  /** Every report cooldownd got: the Reports and the reports of the ReportBatches it knew. */
+  readonly reports: ReportRequest[] = [];
+  /** The Report requests alone. */
+  readonly singles: ReportRequest[] = [];
+  /** Every ReportBatch request, one answered with an error included. */
+  readonly batches: ReportBatchRequest[] = [];
+  down = false;
+  rev = 7n;
+  answerReport: (req: ReportRequest) => { state?: WireState; revision?: bigint } = () => ({});
+  /** The errors the next ReportBatches answer, in turn; then batchError (Unimplemented: a cooldownd without it). */
+  batchScript: (ConnectError | undefined)[] = [];
+  batchError: ConnectError | undefined;
+  /** A ReportBatch answers one report fewer than it carries. */
+  batchShort = false;
+  /** WatchConnections answers it (an older cooldownd, a token that may not watch). */
+  watchError: ConnectError | undefined;
+  watches = 0;
+  private events: ((m: WatchConnectionsResponse) => void) | undefined;
+
+  transport() {
+    return createRouterTransport(({ service }) => {
+      service(CooldownService, {
+        admit: (req) => {
+          this.admits++;
+          if (this.down) throw new ConnectError("state store unavailable", Code.Unavailable);
+          return create(AdmitResponseSchema, {
+            decision: Decision.Allow, candidateIndex: 0, revision: this.rev, state: WireState.CLOSED,
+            candidates: req.candidates.slice(0, 1).map(() => create(CandidateDecisionSchema, { decision: Decision.Allow })),
+          });
+        },
+        report: (req) => {
+          this.reports.push(req);
+          this.singles.push(req);
+          if (this.down) throw new ConnectError("state store unavailable", Code.Unavailable);
+          return this.answer(req);
+        },
+        reportBatch: (req) => {
+          this.batches.push(req);
+          const err = this.batchScript.length > 0 ? this.batchScript.shift() : this.batchError;
+          if (err?.code === Code.Unimplemented) throw err;
+          this.reports.push(...req.reports);
+          if (err) throw err;
+          if (this.down) throw new ConnectError("state store unavailable", Code.Unavailable);
+          const answers = req.reports.map((r) => this.answer(r));
+          return create(ReportBatchResponseSchema, { reports: this.batchShort ? answers.slice(1) : answers });
+        },
+        extendLease: () => { throw new ConnectError("no", Code.Unimplemented); },
+        getConnection: () => { throw new ConnectError("no", Code.Unimplemented); },
+        listConnections: () => { throw new ConnectError("no", Code.Unimplemented); },
+        watchConnections: (_req, ctx) => this.watch(ctx.signal),
+      });
+    });
+  }
+
+  private answer(req: ReportRequest) {
+    return create(ReportResponseSchema, { revision: this.rev, state: WireState.CLOSED, accepted: true, ...this.answerReport(req) });
+  }
+
+  /** Sends one event to the watch stream. */
+  emit(m: WatchConnectionsResponse): void { this.events?.(m); }
+
+  private async *watch(signal: AbortSignal): AsyncIterable<WatchConnectionsResponse> {
+    this.watches++;
+    if (this.watchError) throw this.watchError;
+    const queue: WatchConnectionsResponse[] = [create(WatchConnectionsResponseSchema, {})]; // the heartbeat: live
+    let wake: (() => void) | undefined;
+    this.events = (m) => { queue.push(m); wake?.(); };
+    signal.addEventListener("abort", () => wake?.(), { once: true });
+    while (!signal.aborted) {
+      while (queue.length > 0) yield queue.shift()!;
+      await new Promise<void>((r) => { wake = r; });
+    }
+  }
 }
 
 /** A Go client process (tools/goclient) driven line by line. */

@@ -7,7 +7,7 @@ import { getEventListeners } from "node:events";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, createRouterTransport, type Client as RpcClient } from "@connectrpc/connect";
+import { Code, ConnectError, type Client as RpcClient } from "@connectrpc/connect";
 
 import { Client, type Admission, type ClientOptions } from "../src/client.js";
 import { Decision, DenyReason, Outcome, outcomeName } from "../src/breaker.js";
@@ -17,67 +17,11 @@ import { silentLogger } from "../src/log.js";
 import { Mirror, type MirrorTicket } from "../src/mirror.js";
 import { QueueBackoffCapMs } from "../src/queue.js";
 import {
-  AdmitResponseSchema, CandidateDecisionSchema, ConnectionStateSchema, CooldownService, FleetCountsSchema, ReportResponseSchema,
-  Override as WireOverride, State as WireState, WatchConnectionsResponseSchema, type ReportRequest, type WatchConnectionsResponse,
+  ConnectionStateSchema, CooldownService, FleetCountsSchema, Override as WireOverride, State as WireState, WatchConnectionsResponseSchema,
+  type ReportRequest,
 } from "../src/gen/v1/cooldown_pb.js";
 import { repoRoot } from "./helpers.js";
-
-/**
- * A cooldownd whose Admit allows at revision rev, closed, and whose Report
- * answers with what answerReport says (closed at rev by default); down
- * fails the unary calls while the watch stream goes on.
- */
-class FakeCooldownd {
-  admits = 0;
-  readonly reports: ReportRequest[] = [];
-  down = false;
-  rev = 7n;
-  answerReport: (req: ReportRequest) => { state?: WireState; revision?: bigint } = () => ({});
-  /** WatchConnections answers it (an older cooldownd, a token that may not watch). */
-  watchError: ConnectError | undefined;
-  watches = 0;
-  private events: ((m: WatchConnectionsResponse) => void) | undefined;
-
-  transport() {
-    return createRouterTransport(({ service }) => {
-      service(CooldownService, {
-        admit: (req) => {
-          this.admits++;
-          if (this.down) throw new ConnectError("state store unavailable", Code.Unavailable);
-          return create(AdmitResponseSchema, {
-            decision: Decision.Allow, candidateIndex: 0, revision: this.rev, state: WireState.CLOSED,
-            candidates: req.candidates.slice(0, 1).map(() => create(CandidateDecisionSchema, { decision: Decision.Allow })),
-          });
-        },
-        report: (req) => {
-          this.reports.push(req);
-          if (this.down) throw new ConnectError("state store unavailable", Code.Unavailable);
-          return create(ReportResponseSchema, { revision: this.rev, state: WireState.CLOSED, accepted: true, ...this.answerReport(req) });
-        },
-        extendLease: () => { throw new ConnectError("no", Code.Unimplemented); },
-        getConnection: () => { throw new ConnectError("no", Code.Unimplemented); },
-        listConnections: () => { throw new ConnectError("no", Code.Unimplemented); },
-        watchConnections: (_req, ctx) => this.watch(ctx.signal),
-      });
-    });
-  }
-
-  /** Sends one event to the watch stream. */
-  emit(m: WatchConnectionsResponse): void { this.events?.(m); }
-
-  private async *watch(signal: AbortSignal): AsyncIterable<WatchConnectionsResponse> {
-    this.watches++;
-    if (this.watchError) throw this.watchError;
-    const queue: WatchConnectionsResponse[] = [create(WatchConnectionsResponseSchema, {})]; // the heartbeat: live
-    let wake: (() => void) | undefined;
-    this.events = (m) => { queue.push(m); wake?.(); };
-    signal.addEventListener("abort", () => wake?.(), { once: true });
-    while (!signal.aborted) {
-      while (queue.length > 0) yield queue.shift()!;
-      await new Promise<void>((r) => { wake = r; });
-    }
-  }
-}
+import { FakeCooldownd } from "./fakes.js";
 
 const clients: Client[] = [];
 after(async () => {
@@ -227,7 +171,7 @@ test("the mirror's watch loop keeps one abort listener on the close signal, howe
   } as unknown as RpcClient<typeof CooldownService>;
   const m = new Mirror({
     now: () => 0, log: silentLogger, closed: closed.signal, rpc: () => rpc, rejected: () => false,
-    sendBatch: async () => {},
+    sendBatch: async () => {}, sendBatches: async () => true,
   }, 3_600_000);
   m.start();
   // The stream opens at cooldownd's first answer to an Admit.
@@ -267,7 +211,7 @@ test("the mirror's rules: testdata/mirror.json", async (t) => {
     await t.test(tc.name, () => {
       const m = new Mirror({
         now: () => 0, log: silentLogger, closed: new AbortController().signal, rpc: () => { throw new Error("no stream here"); },
-        rejected: () => false, sendBatch: async () => {},
+        rejected: () => false, sendBatch: async () => {}, sendBatches: async () => true,
       }, 3_600_000);
       let now = 1_700_000_000_000;
       let degraded = false;

@@ -1,6 +1,7 @@
 // A report whose reply is lost after cooldownd applied it is sent again by
 // the report queue with the same idempotency key, and a real cooldownd
-// counts it once (as the Go client's TestQueuedReportResentAfterALostReplyCountsOnce).
+// counts it once (as the Go client's TestQueuedReportResentAfterALostReplyCountsOnce);
+// so is the mirror's ReportBatch, or, from a cooldownd without it, its Reports.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
@@ -10,7 +11,7 @@ import { Client, sleep, type ClientOptions } from "../src/client.js";
 import { classify } from "../src/classify.js";
 import { silentLogger } from "../src/log.js";
 import type { Conn } from "../src/conn.js";
-import { CooldownService, State as WireState, type ReportRequest } from "../src/gen/v1/cooldown_pb.js";
+import { CooldownService, State as WireState, type ReportBatchRequest, type ReportRequest } from "../src/gen/v1/cooldown_pb.js";
 import { fastPolicy, startServer, type Server } from "./helpers.js";
 
 let server: Server;
@@ -30,18 +31,20 @@ interface Losing {
   lose: number;
   /** Strip the key before sending (the control: what a keyless client does). */
   stripKey: boolean;
-  /** Every Report request sent: its key and count. */
-  sent: { key: string; count: number }[];
+  /** Every Report and ReportBatch request cooldownd took: its method, key and count (a batch's: the sum of its reports'). */
+  sent: { method: string; key: string; count: number }[];
 }
 
-/** A transport whose next `lose` Report replies are lost after cooldownd applied the report. */
+/** A transport whose next `lose` Report or ReportBatch replies are lost after cooldownd applied the request. */
 function losing(l: Losing): ClientOptions["transport"] {
   const drop: Interceptor = (next) => async (req) => {
-    if (req.method.name !== "Report") return next(req);
-    const m = req.message as ReportRequest;
+    const method = req.method.name;
+    if (method !== "Report" && method !== "ReportBatch") return next(req);
+    const m = req.message as ReportRequest | ReportBatchRequest;
     if (l.stripKey) m.idempotencyKey = "";
-    l.sent.push({ key: m.idempotencyKey, count: m.count });
-    const res = await next(req); // applied by the store
+    const count = "reports" in m ? m.reports.reduce((a, r) => a + r.count, 0) : m.count;
+    const res = await next(req); // applied by the store (a cooldownd without ReportBatch throws Unimplemented)
+    l.sent.push({ method, key: m.idempotencyKey, count });
     if (l.lose > 0) {
       l.lose--;
       throw new ConnectError("the reply was lost", Code.Unavailable);
@@ -97,7 +100,9 @@ test("the mirror: a batch of successes whose reply was lost is counted once", as
   for (let i = 0; i < 20; i++) await c.report(await c.admit([x]), ok());
   l.lose = 1;
   await c.flush({ signal: AbortSignal.timeout(20_000) });
+  // One ReportBatch; from a cooldownd without it, one Report.
   assert.deepEqual(l.sent.map((s) => s.count), [20, 20], "one batch, sent again as it was");
+  assert.equal(l.sent[1]!.method, l.sent[0]!.method);
   assert.equal(l.sent[1]!.key, l.sent[0]!.key);
   const st = (await rpc().getConnection({ id: x.id })).connection!;
   assert.equal(st.recentSuccesses, 20n, "every success once");

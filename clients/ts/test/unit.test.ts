@@ -3,8 +3,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { create } from "@bufbuild/protobuf";
-import { ReportRequestSchema } from "../src/gen/v1/cooldown_pb.js";
-import { ReportQueue, remainingHint, stale, type PendingReport } from "../src/queue.js";
+import { ReportBatchRequestSchema, ReportRequestSchema, type ReportRequest } from "../src/gen/v1/cooldown_pb.js";
+import { isBatch, ReportQueue, remainingHint, stale, type PendingReport } from "../src/queue.js";
 import { Client, classifyRpc } from "../src/client.js";
 import { Decision, DenyReason, Outcome, defaultPolicy } from "../src/breaker.js";
 import { classify } from "../src/classify.js";
@@ -18,6 +18,18 @@ function pending(lease: string, outcome: Outcome, hintMs = 0, observed = 0): Pen
   return { req: create(ReportRequestSchema, { leaseToken: lease, outcome: outcome as number }), hintMs, observed };
 }
 
+/** The report of a queued item that is one. */
+function one(p: PendingReport | undefined): ReportRequest {
+  assert.ok(p && !isBatch(p.req), "one report");
+  return p.req;
+}
+
+/** A queued ReportBatch of n successes, observed at observed. */
+function batch(n: number, observed = 0): PendingReport {
+  const reports = Array.from({ length: n }, () => create(ReportRequestSchema, { outcome: Outcome.Success as number, count: 1 }));
+  return { req: create(ReportBatchRequestSchema, { reports, idempotencyKey: "k".repeat(22) }), hintMs: 0, observed };
+}
+
 test("queue: bounded, the oldest report without a lease dropped first, leased reports sent first", () => {
   const q = new ReportQueue(3, 60_000);
   assert.equal(q.push(pending("", Outcome.TransientFailure), false), true, "the first push starts a sender");
@@ -27,16 +39,33 @@ test("queue: bounded, the oldest report without a lease dropped first, leased re
   const s = q.snapshot();
   assert.equal(s.len, 3);
   assert.equal(s.dropped, 1);
-  assert.equal(q.next(10)!.req.leaseToken, "L1", "the lease first");
-  assert.equal(q.next(10)!.req.outcome, Outcome.RateLimited as number);
-  assert.equal(q.next(10)!.req.outcome, Outcome.QuotaExhausted as number);
+  assert.equal(one(q.next(10)).leaseToken, "L1", "the lease first");
+  assert.equal(one(q.next(10)).outcome, Outcome.RateLimited as number);
+  assert.equal(one(q.next(10)).outcome, Outcome.QuotaExhausted as number);
   assert.equal(q.next(10), undefined);
   assert.equal(q.running, false);
   // Only leases left: the oldest lease goes.
   const q2 = new ReportQueue(1, 60_000);
   q2.push(pending("A", Outcome.Success), false);
   q2.push(pending("B", Outcome.Success), false);
-  assert.equal(q2.next(0)!.req.leaseToken, "B");
+  assert.equal(one(q2.next(0)).leaseToken, "B");
+});
+
+test("queue: a batch is one plain item, never leased, stale by its max age only", () => {
+  const q = new ReportQueue(2, 60_000);
+  q.push(batch(1024), false);
+  q.push(pending("L", Outcome.Success), false);
+  assert.equal(q.snapshot().len, 2, "a batch of 1,024 reports is one item");
+  assert.equal(one(q.next(0)).leaseToken, "L", "a lease goes before a batch");
+  const b = q.next(0)!;
+  assert.ok(isBatch(b.req));
+  q.push(b, true); // back after a failed try
+  q.push(pending("L2", Outcome.Success), false);
+  q.push(pending("L3", Outcome.Success), false); // over the bound: the batch, the one item without a lease, goes
+  assert.equal(q.snapshot().dropped, 1);
+  assert.deepEqual([one(q.next(0)).leaseToken, one(q.next(0)).leaseToken], ["L2", "L3"]);
+  assert.equal(stale(batch(3, 0), 60_000, 60_000), false, "a batch waits out its max age");
+  assert.equal(stale(batch(3, 0), 60_001, 60_000), true);
 });
 
 test("queue: staleness and what is left of a hint", () => {

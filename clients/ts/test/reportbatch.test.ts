@@ -1,0 +1,209 @@
+// The mirror's flush as ReportBatch requests (decision 0065), against the
+// scripted cooldownd of fakes.ts: one request per flush of at most 1,024
+// reports under one key, the answers fed to the mirror, an older
+// cooldownd's Unimplemented, and the report queue's batches.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+
+import { Client, type ClientOptions } from "../src/client.js";
+import { Outcome } from "../src/breaker.js";
+import type { Classification } from "../src/classify.js";
+import type { Conn } from "../src/conn.js";
+import { silentLogger } from "../src/log.js";
+import { MaxReportBatch, MirrorRefusedRetryMs } from "../src/mirror.js";
+import { ReportBatchRequestSchema, State as WireState, type ReportRequest } from "../src/gen/v1/cooldown_pb.js";
+import { FakeCooldownd } from "./fakes.js";
+
+const clients: Client[] = [];
+after(async () => {
+  for (const c of clients) await c.close();
+});
+
+const key = /^[A-Za-z0-9_-]{22}$/;
+const success: Classification = { outcome: Outcome.Success, retryable: false, retryAfterMs: 0, httpStatus: 200, errorCode: "", proactiveMs: 0, tooLong: false };
+const hex = (r: ReportRequest) => Buffer.from(r.connection!.id).toString("hex");
+const unimplemented = () => new ConnectError("not implemented", Code.Unimplemented);
+const unavailable = () => new ConnectError("state store unavailable", Code.Unavailable);
+
+interface Setup { cd: Client; fake: FakeCooldownd; conns(k: number): Conn[]; clock: { now: number }; }
+
+let n = 0;
+/** A client with a live mirror on a fake cooldownd, its clock in clock.now; the mirror's own flush is an hour away. */
+async function setup(opts: ClientOptions = {}): Promise<Setup> {
+  const fake = new FakeCooldownd();
+  const clock = { now: Date.now() };
+  const cd = new Client("http://cooldownd.test", {
+    logger: silentLogger, transport: () => fake.transport(), admitTimeoutMs: 5_000, serviceRetryMs: 3_600_000,
+    mirror: { intervalMs: 3_600_000 }, now: () => clock.now, ...opts,
+  });
+  clients.push(cd);
+  const id = ++n;
+  // The stream opens at cooldownd's first answer to an Admit.
+  await cd.admit([cd.connection({ provider: "openai", endpoint: "https://warm-up.test", credential: `sk-warm-up-${id}` })]);
+  for (let i = 0; i < 200 && !cd.stats().mirror!.live; i++) await new Promise((r) => setTimeout(r, 5));
+  assert.ok(cd.stats().mirror!.live, "the watch stream is up");
+  const conns = (k: number) => Array.from({ length: k },
+    (_, i) => cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-batch-${id}-${i}` }));
+  return { cd, fake, conns, clock };
+}
+
+/** One success on each conn (a retry there with retry), batched by the mirror. */
+async function succeed(cd: Client, conns: Conn[], retry = false): Promise<void> {
+  for (const c of conns) await cd.report(await cd.admit([c], retry ? { sent: [c] } : {}), success);
+}
+
+test("a flush of N connections is one ReportBatch of N reports, under one 22-character key, none with a key or reporter of its own", async () => {
+  const s = await setup();
+  const cs = s.conns(5);
+  await succeed(s.cd, cs);
+  await succeed(s.cd, cs.slice(0, 1));
+  await succeed(s.cd, cs.slice(1, 2), true);
+  assert.equal(s.fake.reports.length, 0, "the successes wait for the flush");
+  await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+  assert.equal(s.fake.batches.length, 1, "one ReportBatch");
+  assert.equal(s.fake.singles.length, 0, "no Report");
+  const b = s.fake.batches[0]!;
+  assert.match(b.idempotencyKey, key);
+  assert.equal(b.reporter, s.cd.reporter);
+  for (const r of b.reports) {
+    assert.equal(r.reporter, "");
+    assert.equal(r.idempotencyKey, "");
+    assert.equal(r.leaseToken, "");
+    assert.equal(r.retryAfter, undefined);
+    assert.equal(r.outcome, Outcome.Success as number);
+    assert.equal(r.httpStatus, 200);
+    assert.equal(r.revision, 7n, "the revision the successes were admitted under");
+  }
+  const got = b.reports.map((r) => `${hex(r)}/${r.retry}/${r.count}`).sort();
+  const want = [...cs.map((c, i) => `${c.idHex}/false/${i === 0 ? 2 : 1}`), `${cs[1]!.idHex}/true/1`].sort();
+  assert.deepEqual(got, want, "one report per connection, revision and retry flag, with its count");
+  assert.equal(s.cd.stats().mirror!.batches, 1, "one request");
+});
+
+test("close sends what was counted as one ReportBatch", async () => {
+  const s = await setup();
+  await succeed(s.cd, s.conns(3));
+  await s.cd.close();
+  assert.equal(s.fake.batches.length, 1);
+  assert.equal(s.fake.batches[0]!.reports.length, 3);
+  assert.equal(s.fake.singles.length, 0);
+});
+
+test("a flush of 1,500 connections is two ReportBatches, 1,024 and 476, each with a key of its own", async () => {
+  const s = await setup();
+  const cs = s.conns(1500);
+  await succeed(s.cd, cs);
+  await s.cd.flush({ signal: AbortSignal.timeout(30_000) });
+  assert.deepEqual(s.fake.batches.map((b) => b.reports.length), [MaxReportBatch, 1500 - MaxReportBatch]);
+  const [a, b] = s.fake.batches;
+  assert.match(a!.idempotencyKey, key);
+  assert.match(b!.idempotencyKey, key);
+  assert.notEqual(a!.idempotencyKey, b!.idempotencyKey);
+  assert.equal(new Set(s.fake.reports.map(hex)).size, 1500, "every connection once");
+  assert.equal(s.fake.singles.length, 0);
+});
+
+test("each answer of a ReportBatch reaches the mirror as its report's own answer, by order", async (t) => {
+  await t.test("an answer not closed takes its connection out; a closed one leaves the other in", async () => {
+    const s = await setup();
+    const [a, b] = s.conns(2) as [Conn, Conn];
+    await succeed(s.cd, [a, b]); // cooldownd's answers to the admits mirror both
+    s.fake.answerReport = (r) => (hex(r) === b.idHex ? { state: WireState.OPEN } : {});
+    await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+    assert.equal(s.fake.batches.length, 1);
+    assert.deepEqual(s.fake.batches[0]!.reports.map(hex), [a.idHex, b.idHex]);
+    assert.equal((await s.cd.admit([a])).mirrored, true, "a's answer, closed: still mirrored");
+    assert.notEqual((await s.cd.admit([b])).mirrored, true, "b's answer, open: out of the mirror");
+  });
+  await t.test("a response with fewer answers than reports is ignored", async () => {
+    const s = await setup();
+    const cs = s.conns(2);
+    await succeed(s.cd, cs);
+    s.fake.answerReport = () => ({ state: WireState.OPEN });
+    s.fake.batchShort = true;
+    await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+    assert.equal(s.fake.batches.length, 1);
+    for (const c of cs) assert.equal((await s.cd.admit([c])).mirrored, true, "no answer paired: still mirrored");
+  });
+});
+
+test("a cooldownd without ReportBatch: the batches go one Report each, and so do the flushes for about 30 s, then ReportBatch again", async () => {
+  const s = await setup();
+  s.fake.batchError = unimplemented();
+  const cs = s.conns(3);
+  await succeed(s.cd, cs);
+  await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+  assert.equal(s.fake.batches.length, 1, "ReportBatch asked once");
+  assert.equal(s.fake.singles.length, 3, "then one Report per batch");
+  assert.deepEqual(s.fake.singles.map(hex).sort(), cs.map((c) => c.idHex).sort());
+  for (const r of s.fake.singles) {
+    assert.equal(r.reporter, s.cd.reporter);
+    assert.match(r.idempotencyKey, key);
+    assert.equal(r.count, 1);
+    assert.equal(r.outcome, Outcome.Success as number);
+  }
+  const keys = new Set(s.fake.singles.map((r) => r.idempotencyKey));
+  assert.equal(keys.size, 3, "each Report its own key");
+  assert.ok(!keys.has(s.fake.batches[0]!.idempotencyKey), "not the batch's");
+  assert.equal(s.cd.stats().mirror!.batches, 3, "three requests, the refused ReportBatch not one");
+  assert.equal(s.cd.stats().reports.queued, 0, "nothing queued");
+
+  s.clock.now += MirrorRefusedRetryMs - 1_000;
+  await succeed(s.cd, cs.slice(0, 1));
+  await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+  assert.equal(s.fake.batches.length, 1, "within the window ReportBatch is not asked");
+  assert.equal(s.fake.singles.length, 4);
+
+  s.clock.now += 2_000;
+  s.fake.batchError = undefined; // upgraded meanwhile
+  await succeed(s.cd, cs);
+  await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+  assert.equal(s.fake.batches.length, 2, "after the window ReportBatch is asked again");
+  assert.equal(s.fake.batches[1]!.reports.length, 3);
+  assert.equal(s.fake.singles.length, 4);
+});
+
+test("a ReportBatch cooldownd could not take is queued whole and resent as is; the resend's answers reach the mirror", async () => {
+  const s = await setup();
+  s.fake.batchScript = [unavailable()];
+  const cs = s.conns(3);
+  await succeed(s.cd, cs);
+  for (const c of cs) assert.equal((await s.cd.admit([c])).mirrored, true, "mirrored before the flush");
+  s.fake.answerReport = () => ({ state: WireState.OPEN });
+  await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+  assert.equal(s.fake.batches.length, 2, "the batch, then its resend from the queue");
+  assert.equal(s.fake.singles.length, 0, "never split into Reports");
+  const [first, again] = s.fake.batches as [typeof s.fake.batches[0], typeof s.fake.batches[0]];
+  assert.match(first.idempotencyKey, key);
+  assert.equal(again.idempotencyKey, first.idempotencyKey, "the same key");
+  assert.deepEqual(toBinary(ReportBatchRequestSchema, again), toBinary(ReportBatchRequestSchema, first), "the same request");
+  const q = s.cd.stats().reports;
+  assert.deepEqual([q.queued, q.delivered, q.rejected, q.len], [1, 1, 0, 0], "one item for the batch of 3");
+  for (const c of cs) assert.notEqual((await s.cd.admit([c])).mirrored, true, "the resend's answer, open, took it out");
+});
+
+test("a queued ReportBatch answered Unimplemented is dropped", async () => {
+  const s = await setup();
+  s.fake.batchScript = [unavailable()];
+  s.fake.batchError = unimplemented(); // cooldownd came back older
+  await succeed(s.cd, s.conns(3));
+  await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+  assert.equal(s.fake.batches.length, 2);
+  assert.equal(s.fake.singles.length, 0, "dropped, not split into Reports");
+  const q = s.cd.stats().reports;
+  assert.deepEqual([q.queued, q.delivered, q.rejected, q.len], [1, 0, 1, 0]);
+});
+
+test("a report that goes at once still sends its connection's batch as a Report of its own first (decision 0061)", async () => {
+  const s = await setup();
+  const [a, b] = s.conns(2) as [Conn, Conn];
+  await succeed(s.cd, [a, b]);
+  await s.cd.report(await s.cd.admit([a]), { ...success, outcome: Outcome.TransientFailure, retryable: true, httpStatus: 503 });
+  assert.equal(s.fake.batches.length, 0, "no ReportBatch before the flush");
+  assert.deepEqual(s.fake.singles.map((r) => [hex(r), r.outcome, r.count]),
+    [[a.idHex, Outcome.Success as number, 1], [a.idHex, Outcome.TransientFailure as number, 0]]);
+  await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
+  assert.deepEqual(s.fake.batches.map((x) => x.reports.map(hex)), [[b.idHex]], "the flush carries the other");
+});
