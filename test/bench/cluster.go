@@ -273,6 +273,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	}
 	nb := math.Max(float64(hotBat.s.n), 1)
 	claimUS := math.Max(0, (btot.cpu*1e6-math.Max(0, float64(btot.evalsha)-nb)*reportCPU)/nb)
+	cdPerBatched := float64(hotBat.cd.Microseconds()) / (nb * batchWidth) // cooldownd CPU per report in a ReportBatch
 	fmt.Printf("batched: %.0f reports/s in %.0f ReportBatch/s (answers, warm-up included: %d coalesced, %d applied at once); the hot master %.0f scripts/s; Redis CPU %.1f µs per report, %.1f µs per claim; keys written: one claim per ReportBatch\n",
 		hotBat.s.rate()*batchWidth, hotBat.s.rate(), bCoal.Load(), bDirect.Load(), float64(bat.evalsha)/bsec, btot.cpu*1e6/(nb*batchWidth), claimUS)
 	fmt.Printf("answers (warm-up included): applied at once %d and coalesced %d through the first replicas, %d and %d through the coalescing ones\n",
@@ -295,7 +296,7 @@ func runCluster(ctx context.Context, o options, ps *proctest.Group) error {
 	fmt.Printf("coalesced: the mirror's reports, merged by each of %d replicas per connection per %.0f s: a batch costs one Report script (%.1f µs), each keyed report in it %.1f µs.\n\n",
 		modelReplicas, modelCoalesce, reportCPU, keyUS)
 	for _, r := range o.modelRate {
-		printModel(r, admitCPU, reportCPU, cdPerRPC, reportCPU, keyUS, claimUS)
+		printModel(r, admitCPU, reportCPU, cdPerRPC, reportCPU, keyUS, claimUS, cdPerBatched)
 	}
 	return nil
 }
@@ -411,7 +412,7 @@ func addClusterFlags(fs *flag.FlagSet) {
 // making rate calls/s spread over the connections by a Zipf law (s = 1),
 // on S Redis Cluster shards, calibrated by the Redis CPU per Admit and per
 // Report and the cooldownd CPU per RPC measured above.
-func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS, claimUS float64) {
+func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS, claimUS, cdBatchedUS float64) {
 	lambda := rate * modelProcs
 	var h float64
 	for i := 1; i <= modelConns; i++ {
@@ -466,8 +467,9 @@ func printModel(rate, admitUS, reportUS, cdUS, batchUS, keyUS, claimUS float64) 
 		routedOps, claims, perProc, math.Ceil(perProc/1024))
 	fmt.Printf("coalesced, routed or not: %.0f keyed reports/s applied at once to learn a connection again after %d quiet intervals at a replica (in each column's scripts).\n",
 		relearn, server.CoalesceQuietKeep+1)
-	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores; coalescing does not change it); %.0f ReportBatch/s per replica batched.\n\n",
-		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6, claims/modelReplicas)
+	fmt.Printf("cooldownd: %.0f RPC/s per replica without the mirror (%.2f cores each), %.0f with it (%.2f cores; coalescing does not change it); batched, %.0f ReportBatch/s per replica (%.2f cores at %.1f µs per report in one).\n\n",
+		2*lambda/modelReplicas, 2*lambda/modelReplicas*cdUS/1e6, mirrorOps/modelReplicas, mirrorOps/modelReplicas*cdUS/1e6,
+		claims/modelReplicas, mirrorOps/modelReplicas*cdBatchedUS/1e6, cdBatchedUS)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "shards\tno mirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tmax calls/s (hottest shard ≤ 1 core)\tmirror: ops/s per shard\thottest shard ops/s\thottest shard CPU\tcoalesced: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\trouted: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\tbatched: scripts/s per shard\thottest shard scripts/s\thottest shard CPU\t")
 	for _, s := range []float64{1, 3, 6, 12, 24, 48} {
