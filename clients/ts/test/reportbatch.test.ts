@@ -4,6 +4,8 @@
 // cooldownd's Unimplemented, and the report queue's batches.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 
@@ -15,6 +17,7 @@ import { silentLogger } from "../src/log.js";
 import { MaxReportBatch, MirrorRefusedRetryMs } from "../src/mirror.js";
 import { ReportBatchRequestSchema, State as WireState, type ReportRequest } from "../src/gen/v1/cooldown_pb.js";
 import { FakeCooldownd } from "./fakes.js";
+import { repoRoot } from "./helpers.js";
 
 const clients: Client[] = [];
 after(async () => {
@@ -206,4 +209,101 @@ test("a report that goes at once still sends its connection's batch as a Report 
     [[a.idHex, Outcome.Success as number, 1], [a.idHex, Outcome.TransientFailure as number, 0]]);
   await s.cd.flush({ signal: AbortSignal.timeout(10_000) });
   assert.deepEqual(s.fake.batches.map((x) => x.reports.map(hex)), [[b.idHex]], "the flush carries the other");
+});
+
+/** One flush of testdata/report_batch.json (its comment describes them). */
+interface BatchFlush {
+  at_s: number;
+  successes?: { conn: string; count: number; retry?: boolean }[];
+  connections?: number;
+  batches?: string[][];
+  reports?: string[];
+  batch_sizes?: number[];
+}
+
+// The mirror's flush as ReportBatch (decision 0065), the same file the Go client replays (client/batch_trace_test.go).
+test("the mirror's flush: testdata/report_batch.json", async (t) => {
+  const trace = JSON.parse(readFileSync(join(repoRoot, "testdata", "report_batch.json"), "utf8")) as
+    { cases: { name: string; server: string; flushes: BatchFlush[] }[] };
+  assert.ok(trace.cases.length > 0);
+  const known = new Set(["at_s", "successes", "connections", "batches", "reports", "batch_sizes"]);
+  for (const [ci, tc] of trace.cases.entries()) {
+    await t.test(tc.name, async () => {
+      assert.ok(tc.server === "current" || tc.server === "old", `server ${tc.server}`);
+      assert.ok(tc.flushes.length > 0);
+      const s = await setup();
+      if (tc.server === "old") s.fake.batchError = unimplemented(); // every ReportBatch, persistently
+      const start = s.clock.now;
+      const conns = new Map<string, Conn>();
+      const names = new Map<string, string>();
+      const connOf = (name: string): Conn => {
+        let c = conns.get(name);
+        if (!c) {
+          c = s.cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-trace-${n}-${ci}-${name}` });
+          conns.set(name, c);
+          names.set(c.idHex, name);
+        }
+        return c;
+      };
+      const nameOf = (r: ReportRequest): string => {
+        const name = names.get(hex(r));
+        assert.ok(name, "a report of a connection the case did not use");
+        return name;
+      };
+      const entry = (r: ReportRequest) => `${nameOf(r)} ×${r.count}${r.retry ? " retry" : ""}`;
+      const keys = new Set<string>(); // every key the case's requests carried: each one fresh
+      for (const [fi, f] of tc.flushes.entries()) {
+        const at = `flush ${fi} (at ${f.at_s} s)`;
+        for (const k of Object.keys(f)) assert.ok(known.has(k), `${at}: unknown field ${k}`);
+        assert.ok((f.successes === undefined) !== (f.connections === undefined), `${at}: successes or connections`);
+        s.clock.now = start + f.at_s * 1000;
+        const b0 = s.fake.batches.length;
+        const r0 = s.fake.singles.length;
+        if (f.connections !== undefined) {
+          const cs = Array.from({ length: f.connections }, (_, i) => connOf(`c${i}`));
+          await succeed(s.cd, cs);
+        } else {
+          for (const x of f.successes!) {
+            const c = connOf(x.conn);
+            for (let i = 0; i < x.count; i++) await succeed(s.cd, [c], x.retry === true);
+          }
+        }
+        assert.equal(s.fake.batches.length, b0, `${at}: no ReportBatch before the flush`);
+        assert.equal(s.fake.singles.length, r0, `${at}: no Report before the flush`);
+        await s.cd.flush({ signal: AbortSignal.timeout(30_000) });
+        const batches = s.fake.batches.slice(b0);
+        const singles = s.fake.singles.slice(r0);
+
+        for (const [bi, b] of batches.entries()) {
+          assert.match(b.idempotencyKey, key, `${at}: ReportBatch ${bi}'s key`);
+          assert.ok(!keys.has(b.idempotencyKey), `${at}: ReportBatch ${bi}'s key is fresh`);
+          keys.add(b.idempotencyKey);
+          assert.equal(b.reporter, s.cd.reporter, `${at}: ReportBatch ${bi}'s reporter is the client's`);
+          for (const r of b.reports) {
+            assert.equal(r.idempotencyKey, "", `${at}: a report of ReportBatch ${bi} has no key`);
+            assert.equal(r.reporter, "", `${at}: a report of ReportBatch ${bi} has no reporter`);
+          }
+        }
+        for (const r of singles) {
+          assert.match(r.idempotencyKey, key, `${at}: a Report's key`);
+          assert.ok(!keys.has(r.idempotencyKey), `${at}: a Report's key is its own`);
+          keys.add(r.idempotencyKey);
+        }
+
+        if (f.batch_sizes !== undefined) {
+          assert.equal(f.batches, undefined, `${at}: batch_sizes or batches`);
+          assert.deepEqual(batches.map((b) => b.reports.length).sort((x, y) => y - x), f.batch_sizes, `${at}: the ReportBatch sizes`);
+        } else {
+          assert.deepEqual(batches.map((b) => b.reports.map(entry).sort()), (f.batches ?? []).map((b) => [...b].sort()),
+            `${at}: the ReportBatch requests`);
+        }
+        if (f.connections !== undefined) {
+          const got = batches.flatMap((b) => b.reports).concat(singles).map(entry).sort();
+          const want = Array.from({ length: f.connections }, (_, i) => `c${i} ×1`).sort();
+          assert.deepEqual(got, want, `${at}: one success on each connection, once`);
+        }
+        assert.deepEqual(singles.map(entry).sort(), [...(f.reports ?? [])].sort(), `${at}: the Report requests`);
+      }
+    });
+  }
 });
