@@ -95,6 +95,7 @@ func TestReportBatchTrace(t *testing.T) {
 					slices.Sort(sizes)
 					slices.Reverse(sizes)
 					assert.Equal(t, f.BatchSizes, sizes, "at %d s", f.AtS)
+					assert.Empty(t, gotR, "no Report at %d s", f.AtS)
 					continue
 				}
 				var wantB, haveB [][]string
@@ -116,6 +117,7 @@ func TestReportBatchTrace(t *testing.T) {
 				var haveR []string
 				for _, r := range gotR {
 					assert.Regexp(t, traceKey, r.GetIdempotencyKey())
+					assert.Equal(t, "proc-trace", r.GetReporter())
 					haveR = append(haveR, line(r))
 				}
 				assert.Equal(t, slices.Sorted(slices.Values(f.Reports)), slices.Sorted(slices.Values(haveR)), "Report requests at %d s", f.AtS)
