@@ -46,6 +46,16 @@ func (r *recorder) write(o history.Op) {
 // RoundTrip implements http.RoundTripper.
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	method := req.URL.Path[strings.LastIndexByte(req.URL.Path, '/')+1:]
+	if method == "ReportBatch" {
+		// The history records one report per RPC: answer as a cooldownd
+		// without ReportBatch (404, Unimplemented), so that the client's
+		// mirror sends each connection's batch as a Report (decision 0065).
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return &http.Response{StatusCode: http.StatusNotFound, Status: "404 Not Found", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(strings.NewReader("404 page not found")), Request: req}, nil
+	}
 	kind := map[string]history.Kind{"Admit": history.Admit, "Report": history.Report,
 		"ExtendLease": history.Extend, "GetConnection": history.Get}[method]
 	if kind == "" || req.Body == nil {
