@@ -18,6 +18,27 @@ import (
 
 // recordReports records the Report and ReportBatch requests cooldownd is
 // sent; answer, when set, may answer one instead (true).
+// readReports decodes the body of a Report (q) or a ReportBatch (b) and
+// leaves r's body to be read again; ok is false for any other request or
+// a body that does not decode (a test failure).
+func readReports(t *testing.T, r *http.Request) (q *cooldownv1.ReportRequest, b *cooldownv1.ReportBatchRequest, ok bool) {
+	batch := isRPC(r, "ReportBatch")
+	if !batch && !isRPC(r, "Report") {
+		return nil, nil, false
+	}
+	body, err := io.ReadAll(r.Body)
+	if !assert.NoError(t, err) {
+		return nil, nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if batch {
+		b = &cooldownv1.ReportBatchRequest{}
+		return nil, b, assert.NoError(t, proto.Unmarshal(body, b), "a Connect unary request with the proto codec")
+	}
+	q = &cooldownv1.ReportRequest{}
+	return q, nil, assert.NoError(t, proto.Unmarshal(body, q), "a Connect unary request with the proto codec")
+}
+
 func recordReports(t *testing.T, cd *cooldownd, answer func(w http.ResponseWriter, r *http.Request, batch bool) bool) (reports func() []*cooldownv1.ReportRequest, batches func() []*cooldownv1.ReportBatchRequest) {
 	t.Helper()
 	var (
@@ -26,24 +47,16 @@ func recordReports(t *testing.T, cd *cooldownd, answer func(w http.ResponseWrite
 		bs []*cooldownv1.ReportBatchRequest
 	)
 	cd.SetIntercept(func(w http.ResponseWriter, r *http.Request) bool {
-		batch := isRPC(r, "ReportBatch")
-		if !batch && !isRPC(r, "Report") {
+		q, b, ok := readReports(t, r)
+		if !ok {
 			return false
 		}
-		body, err := io.ReadAll(r.Body)
-		if !assert.NoError(t, err) {
-			return false
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		batch := b != nil
 		mu.Lock()
 		if batch {
-			var b cooldownv1.ReportBatchRequest
-			assert.NoError(t, proto.Unmarshal(body, &b))
-			bs = append(bs, &b)
+			bs = append(bs, b)
 		} else {
-			var q cooldownv1.ReportRequest
-			assert.NoError(t, proto.Unmarshal(body, &q))
-			rs = append(rs, &q)
+			rs = append(rs, q)
 		}
 		mu.Unlock()
 		return answer != nil && answer(w, r, batch)

@@ -240,9 +240,16 @@ func (k *coalescer) holdKeyed(b *coalesceBatch, kc store.KeyedCount) {
 // answer is a taken report's answer: the state the replica last learned,
 // at the store's clock then plus the time since.
 func (e *coalesceEntry) answer(now time.Time) *cooldownv1.ReportResponse {
-	return &cooldownv1.ReportResponse{State: cooldownv1.State_STATE_CLOSED, Revision: e.rev, Accepted: true,
-		ServerTime: timestamppb.New(e.at.Add(now.Sub(e.learned))), Shadow: e.shadow,
-		Applied: cooldownv1.ReportApplied_REPORT_APPLIED_COALESCED}
+	a := heldAnswer(e.rev, e.at.Add(now.Sub(e.learned)))
+	a.Shadow = e.shadow
+	return a
+}
+
+// heldAnswer is the answer to a success a replica held: accepted on a
+// closed connection at rev, to be applied with its batch (COALESCED).
+func heldAnswer(rev uint64, serverTime time.Time) *cooldownv1.ReportResponse {
+	return &cooldownv1.ReportResponse{State: cooldownv1.State_STATE_CLOSED, Revision: rev, Accepted: true,
+		ServerTime: timestamppb.New(serverTime), Applied: cooldownv1.ReportApplied_REPORT_APPLIED_COALESCED}
 }
 
 // learn takes the store's answer to a report applied at once: a success

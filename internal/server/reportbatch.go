@@ -12,7 +12,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 	"github.com/cooldownd/cooldownd/internal/breaker"
@@ -77,8 +77,7 @@ func (s cooldownService) ReportBatch(ctx context.Context, req *connect.Request[c
 		switch {
 		case i < len(replayed) && replayed[i]:
 			// The first send held it: answered as then, counted then.
-			out[i] = &cooldownv1.ReportResponse{State: cooldownv1.State_STATE_CLOSED, Revision: r.rep.Revision, Accepted: true,
-				ServerTime: timestamppb.New(now), Applied: cooldownv1.ReportApplied_REPORT_APPLIED_COALESCED}
+			out[i] = heldAnswer(r.rep.Revision, now)
 		case i < len(held) && held[i]:
 			if resp, ok, _ := s.coalesce.take(r.c, r.rep, now); ok { // unkeyed: never a reused key
 				s.metrics.report(r.rep.Outcome, true)
@@ -193,17 +192,21 @@ func parseReportBatch(tenant string, m *cooldownv1.ReportBatchRequest) ([]batchR
 	return rs, nil
 }
 
-// prefixed is a report's validation error, named as a batch's field.
+// prefixed is a report's validation error, named as a batch's field: the
+// field of its BadRequest detail (errInvalid's) under field.
 func prefixed(field string, err error) error {
 	var ce *connect.Error
 	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
 		return err
 	}
-	msg := ce.Message()
-	if name, desc, ok := strings.Cut(msg, ": "); ok {
-		return errInvalid(field+"."+name, "%s", desc)
+	for _, d := range ce.Details() {
+		v, derr := d.Value()
+		if br, ok := v.(*errdetails.BadRequest); derr == nil && ok && len(br.GetFieldViolations()) > 0 {
+			fv := br.GetFieldViolations()[0]
+			return errInvalid(field+"."+fv.GetField(), "%s", fv.GetDescription())
+		}
 	}
-	return errInvalid(field, "%s", msg)
+	return errInvalid(field, "%s", ce.Message())
 }
 
 // batchClaim is what a batch's key remembers: the digest of what the
