@@ -114,13 +114,19 @@ func (g *stallGuard) Flush() {
 func (g *stallGuard) Unwrap() http.ResponseWriter { return g.ResponseWriter }
 
 // timeoutInterceptor bounds unary RPCs by s.requestTO (a caller's shorter
-// deadline still wins). Streams pass through untouched.
+// deadline still wins). Streams pass through untouched. A caller's deadline
+// within the bound (both clients send one with every call, which connect
+// already holds the call to) is the bound: the context goes on as it is,
+// without a context and a child registration of its own per call.
 func (s *Server) timeoutInterceptor() connect.Interceptor {
 	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
 		if s.requestTO <= 0 {
 			return next
 		}
 		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if d, ok := ctx.Deadline(); ok && time.Until(d) <= s.requestTO {
+				return next(ctx, req)
+			}
 			ctx, cancel := context.WithTimeout(ctx, s.requestTO)
 			defer cancel()
 			return next(ctx, req)
