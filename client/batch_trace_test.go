@@ -1,11 +1,15 @@
 package client
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,30 +36,95 @@ type reportBatchTrace struct {
 			Batches     [][]string `json:"batches"`
 			Reports     []string   `json:"reports"`
 			BatchSizes  []int      `json:"batch_sizes"`
+			Answer      string     `json:"answer"`
+			Queued      uint64     `json:"queued"`
+			Warnings    []string   `json:"warnings"` // nil: not given, not checked
 		} `json:"flushes"`
 	} `json:"cases"`
 }
 
+// reportBatchFields are the fields a flush of report_batch.json may have
+// (its comment): one the replay does not know is a typo, not a case.
+var reportBatchFields = []string{"at_s", "successes", "connections", "batches", "reports", "batch_sizes", "answer", "queued", "warnings"}
+
 var traceKey = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
+
+// resourceExhausted answers like a cooldownd at the tenant's connection cap.
+func resourceExhausted(w http.ResponseWriter) bool {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	_, _ = w.Write([]byte(`{"code":"resource_exhausted","message":"the tenant's connection cap is reached"}`))
+	return true
+}
+
+// warnLog keeps the messages logged at warn level and above, in order.
+type warnLog struct {
+	mu   *sync.Mutex
+	msgs *[]string
+}
+
+func newWarnLog() warnLog { return warnLog{mu: new(sync.Mutex), msgs: new([]string)} }
+
+func (l warnLog) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l warnLog) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*l.msgs = append(*l.msgs, r.Message)
+	return nil
+}
+func (l warnLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l warnLog) WithGroup(string) slog.Handler      { return l }
+
+// since returns the messages logged after the first n.
+func (l warnLog) since(n int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string{}, (*l.msgs)[n:]...)
+}
+
+func (l warnLog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(*l.msgs)
+}
 
 // TestReportBatchTrace replays testdata/report_batch.json against a real
 // cooldownd (in-process), one that answers ReportBatch Unimplemented for
-// "old": what each flush sends.
+// "old", and a flush's requests ResourceExhausted where it says so: what
+// each flush sends, queues and warns of.
 func TestReportBatchTrace(t *testing.T) {
 	t.Parallel()
 	tr := readFixture[reportBatchTrace](t, "report_batch.json")
 	require.NotEmpty(t, tr.Cases)
+	raw := readFixture[struct {
+		Cases []struct {
+			Flushes []map[string]json.RawMessage `json:"flushes"`
+		} `json:"cases"`
+	}](t, "report_batch.json")
+	for ci, tc := range raw.Cases {
+		for fi, f := range tc.Flushes {
+			for k := range f {
+				require.Contains(t, reportBatchFields, k, "case %d, flush %d: unknown field", ci, fi)
+			}
+		}
+	}
 	for _, tc := range tr.Cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			t.Parallel()
+			require.Contains(t, []string{"current", "old"}, tc.Server)
+			require.NotEmpty(t, tc.Flushes)
 			cd := startCooldownd(t, fastPolicy())
 			var mu sync.Mutex
 			start := time.Now()
 			now := start
 			clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-			c := newClient(t, cd.URL, WithMirror(time.Hour), WithReporter("proc-trace"), withClock(clock))
+			warns := newWarnLog()
+			c := newClient(t, cd.URL, WithMirror(time.Hour), WithReporter("proc-trace"), withClock(clock), WithLogger(slog.New(warns)))
 			old := tc.Server == "old"
-			reports, batches := recordReports(t, cd, func(w http.ResponseWriter, _ *http.Request, batch bool) bool { return old && batch && unimplemented(w) })
+			var capped atomic.Bool // this flush's requests are answered ResourceExhausted (an old cooldownd's ReportBatch Unimplemented first)
+			reports, batches := recordReports(t, cd, func(w http.ResponseWriter, _ *http.Request, batch bool) bool {
+				return old && batch && unimplemented(w) || capped.Load() && resourceExhausted(w)
+			})
 			names := map[ID]string{}
 			named := func(name string) Conn {
 				cn := conn(t, c, "https://api.example.com/v1", "key-"+name, "")
@@ -72,9 +141,11 @@ func TestReportBatchTrace(t *testing.T) {
 				return s
 			}
 			for _, f := range tc.Flushes {
+				require.Contains(t, []string{"", "resource_exhausted"}, f.Answer, "at %d s", f.AtS)
 				mu.Lock()
 				now = start.Add(time.Duration(f.AtS) * time.Second)
 				mu.Unlock()
+				q0, w0 := c.Stats().Reports.Queued, warns.len()
 				for _, s := range f.Successes {
 					cn := named(s.Conn)
 					for range s.Count {
@@ -85,8 +156,16 @@ func TestReportBatchTrace(t *testing.T) {
 					c.mirror.add(named(fmt.Sprint("n", i)), 0, false)
 				}
 				nb, nr := len(batches()), len(reports())
-				c.mirror.flush(t.Context())
+				// The client's flush: the mirror's, then the report queue's
+				// until empty, so that a request queued is resent here.
+				capped.Store(f.Answer == "resource_exhausted")
+				require.NoError(t, c.Flush(t.Context()))
+				capped.Store(false)
 				gotB, gotR := batches()[nb:], reports()[nr:]
+				assert.Equal(t, f.Queued, c.Stats().Reports.Queued-q0, "requests queued at %d s", f.AtS)
+				if f.Warnings != nil { // given, [] included
+					assert.Equal(t, f.Warnings, warns.since(w0), "warnings logged at %d s", f.AtS)
+				}
 				if f.BatchSizes != nil {
 					var sizes []int
 					for _, b := range gotB {

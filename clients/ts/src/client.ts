@@ -138,7 +138,9 @@ export class Client {
     if (r.kind === "ok") {
       this.health.success();
       this.mirror?.reportAnswer(conn, r.value!);
-    } else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) {
+    } else if (r.kind === "capped") {
+      this.local.capped(r.err); // logged once, as a direct report's would be; not queued
+    } else if (r.kind !== "rejected" && !this.closed) {
       this.enqueue(req, 0);
     }
   }
@@ -156,7 +158,9 @@ export class Client {
       this.batchAnswered(req, r.value!);
     } else if (unimplemented(r.err)) {
       return false;
-    } else if (r.kind !== "rejected" && r.kind !== "capped" && !this.closed) {
+    } else if (r.kind === "capped") {
+      this.local.capped(r.err); // the tenant's connection cap: logged once, not queued
+    } else if (r.kind !== "rejected" && !this.closed) {
       this.enqueue(req, 0);
     }
     return true;

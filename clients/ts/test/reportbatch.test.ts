@@ -29,6 +29,7 @@ const success: Classification = { outcome: Outcome.Success, retryable: false, re
 const hex = (r: ReportRequest) => Buffer.from(r.connection!.id).toString("hex");
 const unimplemented = () => new ConnectError("not implemented", Code.Unimplemented);
 const unavailable = () => new ConnectError("state store unavailable", Code.Unavailable);
+const resourceExhausted = () => new ConnectError("the tenant's connection cap is reached", Code.ResourceExhausted);
 
 interface Setup { cd: Client; fake: FakeCooldownd; conns(k: number): Conn[]; clock: { now: number }; }
 
@@ -219,6 +220,9 @@ interface BatchFlush {
   batches?: string[][];
   reports?: string[];
   batch_sizes?: number[];
+  answer?: string;
+  queued?: number;
+  warnings?: string[];
 }
 
 // The mirror's flush as ReportBatch (decision 0065), the same file the Go client replays (client/batch_trace_test.go).
@@ -226,12 +230,13 @@ test("the mirror's flush: testdata/report_batch.json", async (t) => {
   const trace = JSON.parse(readFileSync(join(repoRoot, "testdata", "report_batch.json"), "utf8")) as
     { cases: { name: string; server: string; flushes: BatchFlush[] }[] };
   assert.ok(trace.cases.length > 0);
-  const known = new Set(["at_s", "successes", "connections", "batches", "reports", "batch_sizes"]);
+  const known = new Set(["at_s", "successes", "connections", "batches", "reports", "batch_sizes", "answer", "queued", "warnings"]);
   for (const [ci, tc] of trace.cases.entries()) {
     await t.test(tc.name, async () => {
       assert.ok(tc.server === "current" || tc.server === "old", `server ${tc.server}`);
       assert.ok(tc.flushes.length > 0);
-      const s = await setup();
+      const warnings: string[] = []; // what the client logged at warn level, in order
+      const s = await setup({ logger: { ...silentLogger, warn: (msg) => { warnings.push(msg); } } });
       if (tc.server === "old") s.fake.batchError = unimplemented(); // every ReportBatch, persistently
       const start = s.clock.now;
       const conns = new Map<string, Conn>();
@@ -256,9 +261,12 @@ test("the mirror's flush: testdata/report_batch.json", async (t) => {
         const at = `flush ${fi} (at ${f.at_s} s)`;
         for (const k of Object.keys(f)) assert.ok(known.has(k), `${at}: unknown field ${k}`);
         assert.ok((f.successes === undefined) !== (f.connections === undefined), `${at}: successes or connections`);
+        assert.ok(f.answer === undefined || f.answer === "resource_exhausted", `${at}: answer ${f.answer}`);
         s.clock.now = start + f.at_s * 1000;
         const b0 = s.fake.batches.length;
         const r0 = s.fake.singles.length;
+        const q0 = s.cd.stats().reports.queued;
+        const w0 = warnings.length;
         if (f.connections !== undefined) {
           const cs = Array.from({ length: f.connections }, (_, i) => connOf(`c${i}`));
           await succeed(s.cd, cs);
@@ -270,7 +278,11 @@ test("the mirror's flush: testdata/report_batch.json", async (t) => {
         }
         assert.equal(s.fake.batches.length, b0, `${at}: no ReportBatch before the flush`);
         assert.equal(s.fake.singles.length, r0, `${at}: no Report before the flush`);
+        // The flush's requests answered ResourceExhausted: a Report's, a
+        // ReportBatch's at its first report (an old one's is Unimplemented first).
+        if (f.answer === "resource_exhausted") s.fake.answerReport = () => { throw resourceExhausted(); };
         await s.cd.flush({ signal: AbortSignal.timeout(30_000) });
+        s.fake.answerReport = () => ({});
         const batches = s.fake.batches.slice(b0);
         const singles = s.fake.singles.slice(r0);
 
@@ -303,6 +315,8 @@ test("the mirror's flush: testdata/report_batch.json", async (t) => {
           assert.deepEqual(got, want, `${at}: one success on each connection, once`);
         }
         assert.deepEqual(singles.map(entry).sort(), [...(f.reports ?? [])].sort(), `${at}: the Report requests`);
+        assert.equal(s.cd.stats().reports.queued - q0, f.queued ?? 0, `${at}: the requests queued`);
+        if (f.warnings !== undefined) assert.deepEqual(warnings.slice(w0), f.warnings, `${at}: the warnings logged`);
       }
     });
   }
