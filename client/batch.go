@@ -9,8 +9,8 @@ import (
 )
 
 // maxBatchReports is the most reports one ReportBatch carries (the
-// server's bound).
-const maxBatchReports = 1024
+// server's bound, under which any flush fits the server's request size).
+const maxBatchReports = 512
 
 // batchItem is one batch of the mirror: n successes of conn under k.
 type batchItem struct {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -146,20 +147,35 @@ func TestMirrorFlushIsOneReportBatch(t *testing.T) {
 }
 
 // TestMirrorFlushChunksAtTheServersBound: 1,500 connections' batches go
-// as two ReportBatch requests (1,024 and 476), each under its own key.
+// as three ReportBatch requests (512, 512 and 476), each under its own key,
+// and cooldownd takes each, though every connection's label is as long as
+// a label may be (a batch of more would pass the server's request size).
 func TestMirrorFlushChunksAtTheServersBound(t *testing.T) {
 	t.Parallel()
 	cd := startCooldownd(t, fastPolicy())
 	c := newClient(t, cd.URL, WithMirror(time.Hour))
 	_, batches := recordReports(t, cd, nil)
+	var conns []Conn
 	for i := range 1500 {
-		c.mirror.add(conn(t, c, "https://api.example.com/v1", fmt.Sprintf("key-%04d", i), ""), 0, false)
+		label := strings.Repeat("l", MaxLabelLen-4) + fmt.Sprintf("%04d", i)
+		cn, err := c.Connection("openai", "https://api.example.com/v1", fmt.Sprintf("key-%04d", i), "", label)
+		require.NoError(t, err)
+		conns = append(conns, cn)
+		c.mirror.add(conns[i], 0, false)
 	}
 	c.mirror.flush(t.Context())
-	bs := batches()
-	require.Len(t, bs, 2)
-	assert.ElementsMatch(t, []int{maxBatchReports, 1500 - maxBatchReports}, []int{len(bs[0].GetReports()), len(bs[1].GetReports())})
-	assert.NotEqual(t, bs[0].GetIdempotencyKey(), bs[1].GetIdempotencyKey())
+	assert.Zero(t, c.Stats().Reports.Queued, "every batch taken")
+	for i := 0; i < len(conns); i += 97 {
+		assert.Equal(t, uint64(1), cd.get(t, conns[i]).GetConnection().GetRecentSuccesses(), "connection %d counted", i)
+	}
+	var sizes []int
+	keys := map[string]bool{}
+	for _, b := range batches() {
+		sizes = append(sizes, len(b.GetReports()))
+		keys[b.GetIdempotencyKey()] = true
+	}
+	assert.ElementsMatch(t, []int{512, 512, 476}, sizes)
+	assert.Len(t, keys, len(sizes), "a key per request")
 }
 
 // TestMirrorFlushToACooldowndWithoutReportBatch: an endpoint that answers

@@ -586,7 +586,7 @@ type MirrorStats struct {
 	// Admits counts the calls admitted from the mirror.
 	Admits uint64
 	// Batched counts the successes reported in batches; Batches the
-	// requests that carried them: a ReportBatch per flush (per 1,024
+	// requests that carried them: a ReportBatch per flush (per 512
 	// connections), or a Report per connection to a cooldownd without
 	// ReportBatch, and one per connection settled before a report of it.
 	Batched, Batches uint64

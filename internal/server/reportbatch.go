@@ -22,8 +22,11 @@ import (
 
 // ReportBatch's bounds (decision 0065).
 const (
-	// MaxBatchReports is the most reports one ReportBatch carries.
-	MaxBatchReports = 1024
+	// MaxBatchReports is the most reports one ReportBatch carries: so many
+	// success reports of the largest connection (a 64-byte label), revision,
+	// count and status the clients send, with the longest reporter and key,
+	// are 64,636 bytes, within MaxRequestBytes (TestReportBatchOfTheMostFits).
+	MaxBatchReports = 512
 	// MaxBatchKeyLen is the longest batch key: a report of the batch that
 	// is applied on its own is keyed <batch key>-<index>, which must stay
 	// within MaxReportKeyLen.

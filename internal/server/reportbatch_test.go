@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
@@ -210,4 +212,28 @@ func TestReportBatchIsValidated(t *testing.T) {
 	_, err = c.ReportBatch(t.Context(), connect.NewRequest(ok()))
 	require.NoError(t, err, "the control batch is valid")
 	assert.Equal(t, int64(1), successes(t, e, id))
+}
+
+// TestReportBatchOfTheMostFits: a batch of MaxBatchReports successes as
+// large as the clients can make them (the longest label, reporter and key,
+// the largest revision, count and status) is within the request size, and
+// cooldownd takes it whole: the clients' flush never meets
+// ResourceExhausted, which they read as the tenant's cap.
+func TestReportBatchOfTheMostFits(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.cooldown()
+	req := &cooldownv1.ReportBatchRequest{Reporter: strings.Repeat("r", server.MaxReporterLen),
+		IdempotencyKey: strings.Repeat("k", server.MaxBatchKeyLen)}
+	for i := range server.MaxBatchReports {
+		label := strings.Repeat("l", server.MaxLabelLen-4) + fmt.Sprintf("%04d", i)
+		req.Reports = append(req.Reports, &cooldownv1.ReportRequest{Connection: &cooldownv1.Connection{Id: newID(), Label: label},
+			Revision: math.MaxUint64, Outcome: cooldownv1.Outcome_OUTCOME_SUCCESS, HttpStatus: 599, Count: server.MaxBatch, Retry: true})
+	}
+	size := proto.Size(req)
+	t.Logf("%d reports: %d bytes of %d", len(req.Reports), size, server.MaxRequestBytes)
+	require.LessOrEqual(t, size, server.MaxRequestBytes)
+	resp, err := c.ReportBatch(t.Context(), connect.NewRequest(req))
+	require.NoError(t, err)
+	assert.Len(t, resp.Msg.GetReports(), server.MaxBatchReports)
 }

@@ -2329,8 +2329,9 @@ func (x *ReportResponse) GetApplied() ReportApplied {
 // and no reporter or idempotency key of its own (the batch's apply).
 type ReportBatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1 to 1,024 reports, at most one per connection, revision and retry
-	// flag.
+	// 1 to 512 reports, at most one per connection, revision and retry
+	// flag. The request is bounded like any other (64 KiB): 512 successes
+	// with the longest label, reporter and key fit.
 	Reports []*ReportRequest `protobuf:"bytes,1,rep,name=reports,proto3" json:"reports,omitempty"`
 	// The reporting process, as ReportRequest.reporter.
 	Reporter string `protobuf:"bytes,2,opt,name=reporter,proto3" json:"reporter,omitempty"`

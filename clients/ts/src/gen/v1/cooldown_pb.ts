@@ -1189,8 +1189,9 @@ export const ReportResponseSchema: GenMessage<ReportResponse> = /*@__PURE__*/
  */
 export type ReportBatchRequest = Message<"cooldown.v1.ReportBatchRequest"> & {
   /**
-   * 1 to 1,024 reports, at most one per connection, revision and retry
-   * flag.
+   * 1 to 512 reports, at most one per connection, revision and retry
+   * flag. The request is bounded like any other (64 KiB): 512 successes
+   * with the longest label, reporter and key fit.
    *
    * @generated from field: repeated cooldown.v1.ReportRequest reports = 1;
    */
