@@ -72,7 +72,7 @@ func (c *cluster) failoverCosts(ops []history.Op) []offService {
 		t0, t1 := at.UnixMilli(), end.UnixMilli()
 		calls, failed := make([]int, failoverWindow/slice), make([]int, failoverWindow/slice)
 		for _, op := range ops {
-			if op.Call < t0 || op.Call >= t1 {
+			if op.Call < t0 || op.Call >= t1 || !op.FirstOfRPC() {
 				continue
 			}
 			i := (op.Call - t0) / slice.Milliseconds()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,10 +22,11 @@ import (
 )
 
 // recorder is an http.RoundTripper that records every Admit, Report,
-// ExtendLease and GetConnection a worker sends (Connect protocol, binary
-// proto) into its history: the call line before sending, the answer line
-// after, so that a process killed mid-call leaves its op as lost. With a
-// seeded fault it also rewrites answers, as a buggy server would.
+// ReportBatch, ExtendLease and GetConnection a worker sends (Connect
+// protocol, binary proto) into its history: the call line before sending,
+// the answer line after, so that a process killed mid-call leaves its op
+// as lost. A ReportBatch is one Report op per entry (see parseBatch). With
+// a seeded fault it also rewrites answers, as a buggy server would.
 type recorder struct {
 	base    http.RoundTripper
 	process int
@@ -36,27 +38,20 @@ type recorder struct {
 	seq int64
 }
 
-func (r *recorder) write(o history.Op) {
+// write appends ops, and flushes: a SIGKILL must not lose what was sent.
+func (r *recorder) write(ops []history.Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_ = r.w.Write(o)
-	_ = r.w.Flush() // a SIGKILL must not lose what was sent
+	for _, o := range ops {
+		_ = r.w.Write(o)
+	}
+	_ = r.w.Flush()
 }
 
 // RoundTrip implements http.RoundTripper.
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	method := req.URL.Path[strings.LastIndexByte(req.URL.Path, '/')+1:]
-	if method == "ReportBatch" {
-		// The history records one report per RPC: answer as a cooldownd
-		// without ReportBatch (404, Unimplemented), so that the client's
-		// mirror sends each connection's batch as a Report (decision 0065).
-		if req.Body != nil {
-			_ = req.Body.Close()
-		}
-		return &http.Response{StatusCode: http.StatusNotFound, Status: "404 Not Found", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(strings.NewReader("404 page not found")), Request: req}, nil
-	}
-	kind := map[string]history.Kind{"Admit": history.Admit, "Report": history.Report,
+	kind := map[string]history.Kind{"Admit": history.Admit, "Report": history.Report, "ReportBatch": history.Report,
 		"ExtendLease": history.Extend, "GetConnection": history.Get}[method]
 	if kind == "" || req.Body == nil {
 		return r.base.RoundTrip(req)
@@ -68,30 +63,37 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
 	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	op, ok := parseRequest(kind, body)
-	if !ok {
+	batch := method == "ReportBatch"
+	var ops []history.Op
+	if batch {
+		ops = parseBatch(body)
+	} else if op, ok := parseRequest(kind, body); ok {
+		ops = []history.Op{op}
+	}
+	if len(ops) == 0 {
 		return r.base.RoundTrip(req)
 	}
+	call := time.Now().UnixMilli()
 	r.mu.Lock()
-	r.seq++
-	op.ID = r.seq
+	for i := range ops {
+		r.seq++
+		ops[i].ID, ops[i].Process, ops[i].Call = r.seq, r.process, call
+	}
 	r.mu.Unlock()
-	op.Process, op.Call = r.process, time.Now().UnixMilli()
-	pending := op
-	pending.Code = "lost"
-	r.write(pending)
+	r.write(withCode(ops, "lost"))
 
 	resp, err := r.base.RoundTrip(req)
-	op.Return = time.Now().UnixMilli()
+	ret := time.Now().UnixMilli()
+	for i := range ops {
+		ops[i].Return = ret
+	}
 	if err != nil {
-		op.Code = "lost"
-		r.write(op)
+		r.write(withCode(ops, "lost"))
 		return nil, err
 	}
 	raw, err := readBody(resp)
 	if err != nil {
-		op.Code = "lost"
-		r.write(op)
+		r.write(withCode(ops, "lost"))
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -99,19 +101,32 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 			Code string `json:"code"`
 		}
 		_ = json.Unmarshal(raw, &e)
-		op.Code = e.Code
-		if op.Code == "" {
-			op.Code = fmt.Sprintf("http_%d", resp.StatusCode)
+		code := e.Code
+		if code == "" {
+			code = fmt.Sprintf("http_%d", resp.StatusCode)
 		}
-		if op.Code == "deadline_exceeded" || op.Code == "unavailable" || op.Code == "canceled" {
-			op.Code = "lost" // the server may have applied it before it gave up
+		if code == "deadline_exceeded" || code == "unavailable" || code == "canceled" {
+			code = "lost" // the server may have applied it before it gave up
 		}
-		r.write(op)
+		r.write(withCode(ops, code))
 		return rebuilt(resp, raw), nil
 	}
-	raw = r.answer(&op, kind, raw)
-	r.write(op)
+	if batch {
+		raw = r.answerBatch(ops, raw)
+	} else {
+		raw = r.answer(&ops[0], kind, raw)
+	}
+	r.write(ops)
 	return rebuilt(resp, raw), nil
+}
+
+// withCode returns a copy of ops, each with code.
+func withCode(ops []history.Op, code string) []history.Op {
+	out := slices.Clone(ops)
+	for i := range out {
+		out[i].Code = code
+	}
+	return out
 }
 
 func readBody(resp *http.Response) ([]byte, error) {
@@ -159,8 +174,8 @@ func parseRequest(kind history.Kind, body []byte) (history.Op, bool) {
 		if proto.Unmarshal(body, &m) != nil {
 			return op, false
 		}
-		op.Conn, op.Revision, op.LeaseToken = connHex(m.GetConnection()), m.GetRevision(), m.GetLeaseToken()
-		op.Outcome, op.RetryAfter = int(m.GetOutcome()), m.GetRetryAfter().AsDuration().Milliseconds()
+		op = reportOp(&m)
+		op.Reporter, op.Key = m.GetReporter(), m.GetIdempotencyKey()
 	case history.Extend:
 		var m cooldownv1.ExtendLeaseRequest
 		if proto.Unmarshal(body, &m) != nil {
@@ -181,15 +196,17 @@ func parseRequest(kind history.Kind, body []byte) (history.Op, bool) {
 	return op, op.Conn != ""
 }
 
+// ms is t in Unix milliseconds, 0 for none.
+func ms(t *timestamppb.Timestamp) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.AsTime().UnixMilli()
+}
+
 // answer records an answer into op, rewriting it first under a seeded
 // fault, and returns the bytes the client gets.
 func (r *recorder) answer(op *history.Op, kind history.Kind, raw []byte) []byte {
-	ms := func(t *timestamppb.Timestamp) int64 {
-		if t == nil {
-			return 0
-		}
-		return t.AsTime().UnixMilli()
-	}
 	switch kind {
 	case history.Admit:
 		var m cooldownv1.AdmitResponse
@@ -217,12 +234,9 @@ func (r *recorder) answer(op *history.Op, kind history.Kind, raw []byte) []byte 
 			op.Code = "malformed"
 			return raw
 		}
-		if r.fault == "stale-accept" && !m.GetAccepted() && op.Outcome != int(breaker.OutcomeCanceled) {
-			m.Accepted = true
+		if r.reportAnswer(op, &m) {
 			raw, _ = proto.Marshal(&m)
 		}
-		op.Res = history.Result{ServerTime: ms(m.GetServerTime()), Revision: m.GetRevision(), Phase: int(m.GetState()),
-			Accepted: m.GetAccepted(), Changed: m.GetChanged(), NotReplicated: m.GetDurability() == cooldownv1.Durability_DURABILITY_NOT_REPLICATED}
 	case history.Extend:
 		var m cooldownv1.ExtendLeaseResponse
 		if proto.Unmarshal(raw, &m) != nil {
@@ -247,4 +261,16 @@ func (r *recorder) answer(op *history.Op, kind history.Kind, raw []byte) []byte 
 			Probes: int(c.GetProbesInFlight()), Override: int(c.GetOverride())}
 	}
 	return raw
+}
+
+// reportAnswer records a report's answer into op, rewriting it first under
+// a seeded fault; it reports whether it rewrote m.
+func (r *recorder) reportAnswer(op *history.Op, m *cooldownv1.ReportResponse) bool {
+	rewrote := false
+	if r.fault == "stale-accept" && !m.GetAccepted() && op.Outcome != int(breaker.OutcomeCanceled) {
+		m.Accepted, rewrote = true, true
+	}
+	op.Res = history.Result{ServerTime: ms(m.GetServerTime()), Revision: m.GetRevision(), Phase: int(m.GetState()),
+		Accepted: m.GetAccepted(), Changed: m.GetChanged(), NotReplicated: m.GetDurability() == cooldownv1.Durability_DURABILITY_NOT_REPLICATED}
+	return rewrote
 }

@@ -42,6 +42,16 @@ type Op struct {
 	Outcome    int    `json:"out,omitempty"`
 	RetryAfter int64  `json:"ra,omitempty"`  // ms
 	TTL        int64  `json:"ttl,omitempty"` // ms, extend
+	// Report only: the successes it stands for (0: one), its retry flag,
+	// reporter and idempotency key. Each entry of a ReportBatch is a
+	// Report op of its own, numbered from 1 in Entry, with the batch's
+	// call and return times and reporter, keyed <batch key>-<index> as the
+	// server keys it.
+	Count    int64  `json:"n,omitempty"`
+	Retry    bool   `json:"retry,omitempty"`
+	Reporter string `json:"who,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Entry    int    `json:"entry,omitempty"` // 0: not in a batch
 
 	// Answer. Code is "" on success, a Connect code name on an error, and
 	// "lost" when no answer arrived (the op may or may not have happened).
@@ -79,6 +89,10 @@ func (o Op) Lost() bool { return o.Code == "lost" }
 
 // OK reports whether the server answered without an error.
 func (o Op) OK() bool { return o.Code == "" }
+
+// FirstOfRPC reports whether o is the first op of its RPC: every op but a
+// ReportBatch's entries after its first.
+func (o Op) FirstOfRPC() bool { return o.Entry <= 1 }
 
 func (o Op) String() string {
 	b, _ := json.Marshal(o)

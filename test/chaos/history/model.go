@@ -42,6 +42,16 @@ type mstate struct {
 // internal/breaker state machine, stepped with the server time each answer
 // carries. A lost answer may or may not have been applied: the model then
 // follows both (state unchanged, or wild).
+//
+// Keys need no state here. A keyed report is sent again only after a send
+// whose answer was lost or an error (the client's queue; a ReportBatch's
+// resend, each entry under its <batch key>-<index>), and the server
+// answers the resend as it answered the first application, server time
+// and all (decision 0041): either that send's op was not applied and the
+// resend is the application, or it was, and its wild branch, taken just
+// before the resend, explains the replayed answer. So the model does not
+// catch a resend counted again (a key the server forgot): past a lost
+// answer it accepts both.
 func Model(p breaker.Policy) porcupine.Model {
 	m := &porcupine.NondeterministicModel{
 		Init: func() []any { return []any{mstate{s: breaker.State{Phase: breaker.Closed}}} },
@@ -99,7 +109,7 @@ func step(p breaker.Policy, m mstate, op Op) []any {
 		}
 	case Report:
 		res, _ := s.Report(p, now, breaker.Report{Revision: op.Revision, LeaseToken: op.LeaseToken,
-			Outcome: breaker.Outcome(op.Outcome), RetryAfter: op.RetryAfter}, 0)
+			Outcome: breaker.Outcome(op.Outcome), RetryAfter: op.RetryAfter, Count: op.Count, Retry: op.Retry, Reporter: op.Reporter}, 0)
 		if res.Accepted != op.Res.Accepted || s.Revision != op.Res.Revision || int(s.Phase) != op.Res.Phase {
 			return nil
 		}
@@ -148,8 +158,8 @@ func describe(o Op) string {
 	case Admit:
 		return fmt.Sprintf("admit → %s dec=%d why=%d ra=%d rev=%d @%d", o.Code, o.Res.Decision, o.Res.Reason, o.Res.RetryAfter, o.Res.Revision, o.Res.ServerTime)
 	case Report:
-		return fmt.Sprintf("report(rev=%d tok=%t out=%d ra=%d) → %s acc=%t rev=%d ph=%d @%d", o.Revision, o.LeaseToken != "",
-			o.Outcome, o.RetryAfter, o.Code, o.Res.Accepted, o.Res.Revision, o.Res.Phase, o.Res.ServerTime)
+		return fmt.Sprintf("report(rev=%d tok=%t out=%d ra=%d n=%d entry=%d key=%s) → %s acc=%t rev=%d ph=%d @%d", o.Revision,
+			o.LeaseToken != "", o.Outcome, o.RetryAfter, o.Count, o.Entry, o.Key, o.Code, o.Res.Accepted, o.Res.Revision, o.Res.Phase, o.Res.ServerTime)
 	}
 	return fmt.Sprintf("%s → %s %+v", o.Kind, o.Code, o.Res)
 }
