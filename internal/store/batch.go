@@ -35,7 +35,7 @@ func (s *Store) ClaimBatch(ctx context.Context, tenant, key, claim string) (firs
 	case errors.Is(err, redis.Nil):
 		return "", false, nil
 	case err != nil:
-		return "", false, fmt.Errorf("store: claim batch: %w", err)
+		return "", false, unavailable("claim batch", err)
 	}
 	return first, true, nil
 }

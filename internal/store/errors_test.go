@@ -135,4 +135,6 @@ func TestStoreCallsClassifyRealFailures(t *testing.T) {
 	_, err = st.Admit(ctx, Conn{Tenant: "t", ID: keys.ID{3}})
 	assert.ErrorIs(t, err, ErrUnavailable, "Redis gone: %v", err)
 	assert.ErrorIs(t, st.Ping(ctx), ErrUnavailable)
+	_, _, err = st.ClaimBatch(ctx, "t", "batch-key-0123456789", "d:01")
+	assert.ErrorIs(t, err, ErrUnavailable, "a batch's claim, Redis gone: %v", err)
 }
