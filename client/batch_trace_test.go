@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/proto"
 
 	cooldownv1 "github.com/cooldownd/cooldownd/api/v1/gen/cooldownv1"
 )
@@ -22,10 +24,12 @@ import (
 // reportBatchTrace is testdata/report_batch.json, the mirror's flush as
 // ReportBatch requests (decision 0065); clients/ts replays it too.
 type reportBatchTrace struct {
-	Cases []struct {
-		Name    string `json:"name"`
-		Server  string `json:"server"`
-		Flushes []struct {
+	MaxRequestBytes int `json:"max_request_bytes"`
+	Cases           []struct {
+		Name       string `json:"name"`
+		Server     string `json:"server"`
+		LabelBytes int    `json:"label_bytes"` // 0: the client's default label
+		Flushes    []struct {
 			AtS       int `json:"at_s"`
 			Successes []struct {
 				Conn  string `json:"conn"`
@@ -46,6 +50,15 @@ type reportBatchTrace struct {
 // reportBatchFields are the fields a flush of report_batch.json may have
 // (its comment): one the replay does not know is a typo, not a case.
 var reportBatchFields = []string{"at_s", "successes", "connections", "batches", "reports", "batch_sizes", "answer", "queued", "warnings"}
+
+// reportBatchCaseFields are the fields a case of report_batch.json may have.
+var reportBatchCaseFields = []string{"name", "server", "label_bytes", "flushes"}
+
+// traceLabel is the label of n bytes report_batch.json gives the
+// connection name under label_bytes: the name, a space, then x repeated.
+func traceLabel(name string, n int) string {
+	return name + " " + strings.Repeat("x", n-len(name)-1)
+}
 
 var traceKey = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
 
@@ -96,13 +109,19 @@ func TestReportBatchTrace(t *testing.T) {
 	t.Parallel()
 	tr := readFixture[reportBatchTrace](t, "report_batch.json")
 	require.NotEmpty(t, tr.Cases)
+	// What cooldownd takes in one request: server.MaxRequestBytes (64 KiB),
+	// which this module cannot import; the cooldownd below enforces it.
+	require.Equal(t, 65536, tr.MaxRequestBytes, "max_request_bytes is server.MaxRequestBytes")
 	raw := readFixture[struct {
-		Cases []struct {
-			Flushes []map[string]json.RawMessage `json:"flushes"`
-		} `json:"cases"`
+		Cases []map[string]json.RawMessage `json:"cases"`
 	}](t, "report_batch.json")
 	for ci, tc := range raw.Cases {
-		for fi, f := range tc.Flushes {
+		for k := range tc {
+			require.Contains(t, reportBatchCaseFields, k, "case %d: unknown field", ci)
+		}
+		var flushes []map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(tc["flushes"], &flushes), "case %d", ci)
+		for fi, f := range flushes {
 			for k := range f {
 				require.Contains(t, reportBatchFields, k, "case %d, flush %d: unknown field", ci, fi)
 			}
@@ -127,7 +146,15 @@ func TestReportBatchTrace(t *testing.T) {
 			})
 			names := map[ID]string{}
 			named := func(name string) Conn {
-				cn := conn(t, c, "https://api.example.com/v1", "key-"+name, "")
+				label := ""
+				if tc.LabelBytes > 0 {
+					label = traceLabel(name, tc.LabelBytes)
+				}
+				cn, err := c.Connection("openai", "https://api.example.com/v1", "key-"+name, "", label)
+				require.NoError(t, err)
+				if tc.LabelBytes > 0 {
+					require.Len(t, cn.Label(), tc.LabelBytes, "label_bytes")
+				}
 				names[cn.id] = name
 				return cn
 			}
@@ -162,6 +189,9 @@ func TestReportBatchTrace(t *testing.T) {
 				require.NoError(t, c.Flush(t.Context()))
 				capped.Store(false)
 				gotB, gotR := batches()[nb:], reports()[nr:]
+				for i, b := range gotB {
+					assert.LessOrEqual(t, proto.Size(b), tr.MaxRequestBytes, "ReportBatch %d at %d s: encoded size", i, f.AtS)
+				}
 				assert.Equal(t, f.Queued, c.Stats().Reports.Queued-q0, "requests queued at %d s", f.AtS)
 				if f.Warnings != nil { // given, [] included
 					assert.Equal(t, f.Warnings, warns.since(w0), "warnings logged at %d s", f.AtS)

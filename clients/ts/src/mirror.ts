@@ -26,7 +26,7 @@ export interface MirrorStats {
   /** The successes reported in batches. */
   batched: number;
   /**
-   * The requests that carried them: a ReportBatch per flush (per 1,024
+   * The requests that carried them: a ReportBatch per flush (per 512
    * connections), or a Report per connection to a cooldownd without
    * ReportBatch, and one per connection settled before a report of it.
    */
@@ -42,8 +42,14 @@ export interface MirrorStats {
 
 /** About how long the mirror waits to ask again after cooldownd refused its watch stream, ms. */
 export const MirrorRefusedRetryMs = 6 * QueueBackoffCapMs;
-/** The most batches one ReportBatch carries. */
-export const MaxReportBatch = 1024;
+/**
+ * The most batches one ReportBatch carries: cooldownd's bound
+ * (server.MaxBatchReports), under which any flush fits its 64 KiB request
+ * bound (server.MaxRequestBytes) — 512 with the longest labels, reporter and
+ * key encode to 64,636 bytes. A larger request would be answered
+ * ResourceExhausted, read as the tenant's cap, and the flush lost.
+ */
+export const MaxReportBatch = 512;
 
 /** One connection's successes under one revision and retry flag, as sent (count at most 1,000,000). */
 export interface MirrorBatch { conn: Conn; rev: bigint; retry: boolean; count: number; }
@@ -60,9 +66,9 @@ export interface MirrorHost {
   /** Sends one report of count successes (retry: retries on conn); what cooldownd does not take is queued; queueOnly: queued, not sent. */
   sendBatch(conn: Conn, rev: bigint, count: number, retry: boolean, queueOnly?: boolean): Promise<void>;
   /**
-   * Sends batches (1 to 1,024) as one ReportBatch; what cooldownd does not
-   * take is queued as it is. False: cooldownd does not know ReportBatch (an
-   * older one; Unimplemented) and applied none of them.
+   * Sends batches (1 to 512, MaxReportBatch) as one ReportBatch; what
+   * cooldownd does not take is queued as it is. False: cooldownd does not
+   * know ReportBatch (an older one; Unimplemented) and applied none of them.
    */
   sendBatches(batches: MirrorBatch[]): Promise<boolean>;
 }
@@ -447,8 +453,9 @@ export class Mirror {
 
   /**
    * Sends the count of successes of each connection, revision and retry
-   * flag: in ReportBatches of at most 1,024, or, for a while after a
-   * cooldownd answered one Unimplemented, one report each.
+   * flag: in ReportBatches of at most 512 (so each fits cooldownd's 64 KiB
+   * request bound), or, for a while after a cooldownd answered one
+   * Unimplemented, one report each.
    */
   async flush(): Promise<void> {
     const batch = [...this.batch.values()];

@@ -1,5 +1,5 @@
 // The mirror's flush as ReportBatch requests (decision 0065), against the
-// scripted cooldownd of fakes.ts: one request per flush of at most 1,024
+// scripted cooldownd of fakes.ts: one request per flush of at most 512
 // reports under one key, the answers fed to the mirror, an older
 // cooldownd's Unimplemented, and the report queue's batches.
 import { after, test } from "node:test";
@@ -95,16 +95,15 @@ test("close sends what was counted as one ReportBatch", async () => {
   assert.equal(s.fake.singles.length, 0);
 });
 
-test("a flush of 1,500 connections is two ReportBatches, 1,024 and 476, each with a key of its own", async () => {
+test("a flush of 1,500 connections is three ReportBatches, 512, 512 and 476, each with a key of its own", async () => {
   const s = await setup();
   const cs = s.conns(1500);
   await succeed(s.cd, cs);
   await s.cd.flush({ signal: AbortSignal.timeout(30_000) });
-  assert.deepEqual(s.fake.batches.map((b) => b.reports.length), [MaxReportBatch, 1500 - MaxReportBatch]);
-  const [a, b] = s.fake.batches;
-  assert.match(a!.idempotencyKey, key);
-  assert.match(b!.idempotencyKey, key);
-  assert.notEqual(a!.idempotencyKey, b!.idempotencyKey);
+  assert.equal(MaxReportBatch, 512, "cooldownd's bound (server.MaxBatchReports)");
+  assert.deepEqual(s.fake.batches.map((b) => b.reports.length), [512, 512, 476]);
+  for (const b of s.fake.batches) assert.match(b.idempotencyKey, key);
+  assert.equal(new Set(s.fake.batches.map((b) => b.idempotencyKey)).size, 3, "a key each");
   assert.equal(new Set(s.fake.reports.map(hex)).size, 1500, "every connection once");
   assert.equal(s.fake.singles.length, 0);
 });
@@ -228,11 +227,15 @@ interface BatchFlush {
 // The mirror's flush as ReportBatch (decision 0065), the same file the Go client replays (client/batch_trace_test.go).
 test("the mirror's flush: testdata/report_batch.json", async (t) => {
   const trace = JSON.parse(readFileSync(join(repoRoot, "testdata", "report_batch.json"), "utf8")) as
-    { cases: { name: string; server: string; flushes: BatchFlush[] }[] };
+    { max_request_bytes: number; cases: { name: string; server: string; label_bytes?: number; flushes: BatchFlush[] }[] };
   assert.ok(trace.cases.length > 0);
+  // What cooldownd takes in one request (server.MaxRequestBytes); the Go replay checks it is what the server enforces.
+  assert.equal(trace.max_request_bytes, 65536, "max_request_bytes");
+  const knownCase = new Set(["name", "server", "label_bytes", "flushes"]);
   const known = new Set(["at_s", "successes", "connections", "batches", "reports", "batch_sizes", "answer", "queued", "warnings"]);
   for (const [ci, tc] of trace.cases.entries()) {
     await t.test(tc.name, async () => {
+      for (const k of Object.keys(tc)) assert.ok(knownCase.has(k), `unknown field ${k}`);
       assert.ok(tc.server === "current" || tc.server === "old", `server ${tc.server}`);
       assert.ok(tc.flushes.length > 0);
       const warnings: string[] = []; // what the client logged at warn level, in order
@@ -244,7 +247,10 @@ test("the mirror's flush: testdata/report_batch.json", async (t) => {
       const connOf = (name: string): Conn => {
         let c = conns.get(name);
         if (!c) {
-          c = s.cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-trace-${n}-${ci}-${name}` });
+          // label_bytes: the name, a space, then x repeated, so many bytes in all.
+          const label = tc.label_bytes === undefined ? undefined : `${name} ${"x".repeat(tc.label_bytes - name.length - 1)}`;
+          c = s.cd.connection({ provider: "openai", endpoint: "https://api.openai.com/v1", credential: `sk-trace-${n}-${ci}-${name}`, label });
+          if (label !== undefined) assert.equal(Buffer.byteLength(c.label), tc.label_bytes, "label_bytes");
           conns.set(name, c);
           names.set(c.idHex, name);
         }
@@ -287,6 +293,8 @@ test("the mirror's flush: testdata/report_batch.json", async (t) => {
         const singles = s.fake.singles.slice(r0);
 
         for (const [bi, b] of batches.entries()) {
+          const size = toBinary(ReportBatchRequestSchema, b).length;
+          assert.ok(size <= trace.max_request_bytes, `${at}: ReportBatch ${bi} encodes to ${size} bytes, over max_request_bytes`);
           assert.match(b.idempotencyKey, key, `${at}: ReportBatch ${bi}'s key`);
           assert.ok(!keys.has(b.idempotencyKey), `${at}: ReportBatch ${bi}'s key is fresh`);
           keys.add(b.idempotencyKey);
