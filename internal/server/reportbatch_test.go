@@ -2,8 +2,10 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -236,4 +238,17 @@ func TestReportBatchOfTheMostFits(t *testing.T) {
 	resp, err := c.ReportBatch(t.Context(), connect.NewRequest(req))
 	require.NoError(t, err)
 	assert.Len(t, resp.Msg.GetReports(), server.MaxBatchReports)
+}
+
+// TestReportBatchFixtureBound: the clients' shared fixture of the flush
+// (testdata/report_batch.json, replayed by both clients) states the
+// request bound this server enforces.
+func TestReportBatchFixtureBound(t *testing.T) {
+	b, err := os.ReadFile("../../testdata/report_batch.json")
+	require.NoError(t, err)
+	var f struct {
+		MaxRequestBytes int `json:"max_request_bytes"`
+	}
+	require.NoError(t, json.Unmarshal(b, &f))
+	assert.Equal(t, server.MaxRequestBytes, f.MaxRequestBytes)
 }

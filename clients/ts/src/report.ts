@@ -65,7 +65,7 @@ export function successReport(conn: Conn, rev: bigint, count: number, retry: boo
   return create(ReportRequestSchema, { connection: wireConn(conn), revision: rev, outcome: Outcome.Success, httpStatus: 200, count, retry });
 }
 
-/** The ReportBatch of entries (at most 1,024), from reporter, with a fresh key kept by every resend. */
+/** The ReportBatch of entries (at most MaxReportBatch, 512), from reporter, with a fresh key kept by every resend. */
 export function batchRequest(entries: ReportRequest[], reporter: string): ReportBatchRequest {
   return create(ReportBatchRequestSchema, { reports: entries, reporter, idempotencyKey: reportKey() });
 }
