@@ -107,7 +107,7 @@ func BenchmarkReportBatchPath(b *testing.B) {
 				}
 				after := child.usage(b)
 				s := sum[k]
-				sum[k] = rpcFigure{s.cpu + float64((after.CPU - before.CPU).Microseconds())/float64(calls),
+				sum[k] = rpcFigure{s.cpu + float64((after.CPU-before.CPU).Microseconds())/float64(calls),
 					s.allocs + float64(after.Allocs-before.Allocs)/reports, s.bytes + float64(after.Bytes-before.Bytes)/reports}
 			}
 		}
